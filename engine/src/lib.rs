@@ -1,0 +1,1 @@
+//! Basalt storage engine.

@@ -1,0 +1,160 @@
+//! Offline verification (`basalt check`): every checksum of every file, zeroed
+//! padding, and every index → log reference of the live index.
+
+use crate::aligned::{AlignedBuf, PAGE};
+use crate::codec::align_up;
+use crate::db::Db;
+use crate::error::{Error, Result};
+use crate::index_run::decode_block_entries;
+use crate::io::{DataFile, IoCounters, IoMode};
+use crate::segment::{check_header, read_footer, scan_blocks, DATA_START};
+use crate::{Direction, Options};
+use serde::Serialize;
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::Arc;
+
+/// What `check` looked at and what it found wrong.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CheckReport {
+    pub segments: usize,
+    pub blocks: u64,
+    pub index_runs: usize,
+    pub index_blocks: u64,
+    pub documents: u64,
+    /// One line per problem, naming file and offset.
+    pub problems: Vec<String>,
+}
+
+impl CheckReport {
+    pub fn is_ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+fn nonzero_at(b: &[u8]) -> Option<usize> {
+    b.iter().position(|&x| x != 0)
+}
+
+/// Verifies the data directory at `path` without changing it. The engine must not be
+/// open elsewhere for the result to be meaningful.
+pub fn check(path: &Path) -> Result<CheckReport> {
+    if !path.is_dir() {
+        return Err(Error::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "data directory does not exist")));
+    }
+    let mut rep = CheckReport::default();
+    let opts = Options { direct_io: false, background_gc: false, create_if_missing: false, ..Options::default() };
+    let db = match Db::open_read_only(path, opts) {
+        Ok(db) => db,
+        Err(e) => {
+            rep.problems.push(format!("cannot open: {e}"));
+            return Ok(rep);
+        }
+    };
+    let counters = Arc::new(IoCounters::default());
+    let segs = db.inner.segments.read().clone();
+    for seg in segs.values() {
+        rep.segments += 1;
+        let file = DataFile::open_read(seg.file.path(), IoMode::Buffered, counters.clone())?;
+        let p = file.path().display().to_string();
+        let mut hdr = AlignedBuf::zeroed(PAGE);
+        file.read_full(&mut hdr, 0)?;
+        if let Err(e) = check_header(&hdr, seg.id, file.path()) {
+            rep.problems.push(e.to_string());
+            continue;
+        }
+        if let Some(at) = nonzero_at(&hdr[20..]) {
+            rep.problems.push(format!("corruption in {p} at offset {}: non-zero byte in header padding", 20 + at));
+        }
+        let footer = match read_footer(&file) {
+            Ok(f) => f,
+            Err(e) => {
+                rep.problems.push(e.to_string());
+                continue;
+            }
+        };
+        let limit = footer.as_ref().map(|f| f.1);
+        let scan = scan_blocks(&file, DATA_START, limit, |off, _, bytes| {
+            if let Err(e) = crate::block::decode(bytes, file.path(), off) {
+                return Err(e);
+            }
+            Ok(())
+        });
+        let scan = match scan {
+            Ok(s) => s,
+            Err(e) => {
+                rep.problems.push(e.to_string());
+                continue;
+            }
+        };
+        rep.blocks += scan.blocks.len() as u64;
+        if let Some(reason) = &scan.stop_reason {
+            rep.problems.push(format!("corruption in {p} at offset {}: {reason}", scan.committed_end));
+        }
+        let expected = seg.blocks.read().clone();
+        if let Some((fblocks, data_end)) = &footer {
+            if *fblocks != scan.blocks {
+                rep.problems.push(format!("corruption in {p}: footer block list disagrees with the blocks found"));
+            }
+            // Zero padding between the data end and the footer, and inside the footer.
+            let foff = align_up(*data_end, PAGE as u64);
+            let len = file.len()?;
+            let start = crate::codec::align_down(*data_end, PAGE as u64);
+            let mut tail = AlignedBuf::zeroed((len - start) as usize);
+            file.read_full(&mut tail, start)?;
+            let gap = &tail[(*data_end - start) as usize..(foff - start) as usize];
+            if let Some(at) = nonzero_at(gap) {
+                rep.problems.push(format!("corruption in {p} at offset {}: non-zero byte after the last block", data_end + at as u64));
+            }
+            let footer_bytes = &tail[(foff - start) as usize..];
+            let body = 8 + 4 + 8 + fblocks.len() * 33 + 4;
+            if let Some(at) = nonzero_at(&footer_bytes[body.min(footer_bytes.len())..footer_bytes.len() - 16]) {
+                rep.problems.push(format!("corruption in {p} at offset {}: non-zero byte in footer padding", foff + (body + at) as u64));
+            }
+        } else if expected.len() != scan.blocks.len() {
+            rep.problems.push(format!("corruption in {p}: tail holds {} blocks, the engine recovered {}", scan.blocks.len(), expected.len()));
+        } else {
+            let end = scan.committed_end;
+            let len = file.len()?;
+            if len > end {
+                let start = crate::codec::align_down(end, PAGE as u64);
+                let mut t = AlignedBuf::zeroed((align_up(len, PAGE as u64) - start) as usize);
+                let n = file.read_full(&mut t, start)?;
+                if let Some(at) = nonzero_at(&t[(end - start) as usize..n]) {
+                    rep.problems.push(format!("corruption in {p} at offset {}: non-zero byte after the last block", end + at as u64));
+                }
+            }
+        }
+    }
+    let v = db.inner.version.read().clone();
+    for run in &v.runs {
+        rep.index_runs += 1;
+        for i in 0..run.block_count() {
+            rep.index_blocks += 1;
+            match run.block(i, false) {
+                Ok(b) => {
+                    let used = u32::from_le_bytes(b[8..12].try_into().unwrap()) as usize;
+                    if decode_block_entries(&b).is_none() {
+                        rep.problems.push(format!("corruption in {}: index block {i} entries malformed", run.path().display()));
+                    } else if let Some(at) = nonzero_at(&b[used..]) {
+                        rep.problems.push(format!("corruption in {}: non-zero byte in padding of index block {i} (byte {})", run.path().display(), used + at));
+                    }
+                }
+                Err(e) => rep.problems.push(e.to_string()),
+            }
+        }
+    }
+    for name in db.list_collections() {
+        let c = db.collection(&name)?;
+        for item in c.scan(Bound::Unbounded, Bound::Unbounded, Direction::Forward)? {
+            match item {
+                Ok(_) => rep.documents += 1,
+                Err(e) => {
+                    rep.problems.push(format!("collection {name}: {e}"));
+                    break;
+                }
+            }
+        }
+    }
+    Ok(rep)
+}

@@ -1,0 +1,1002 @@
+//! The engine handle: opening and recovery, the write path (one log write per
+//! batch, group commit), point reads, collections, and background threads.
+
+use crate::batch::{BatchOp, WriteBatch};
+use crate::bloom::key_hash;
+use crate::cache::ClockCache;
+use crate::catalog::{Catalog, CatalogOp};
+use crate::checkpoint::{self, Checkpoint, LogPos};
+use crate::entry::{IndexEntry, Location};
+use crate::error::{Error, Result};
+use crate::garbage::{DeadRecord, GarbageMap};
+use crate::index_run::{parse_run_name, run_path, IndexCache, Run};
+use crate::io::{probe_direct_io, DataFile, IoCounters, IoMode};
+use crate::lock::DirLock;
+use crate::log_writer::{create_segment, LogWriter};
+use crate::memtable::Memtable;
+use crate::options::{Durability, Options};
+use crate::record::{CollId, Kind, RecordIter, RecordRef, Seqno};
+use crate::segment::{check_header, parse_segment_name, read_footer, scan_blocks, segment_path, SegId, DATA_START};
+use crate::segments::{DataCache, Segment, SegmentMap};
+use crate::stats::StatCounters;
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Longest key in bytes.
+pub const MAX_KEY_LEN: usize = 4096;
+/// Largest value in bytes.
+pub const MAX_VALUE_LEN: usize = 16 << 20;
+
+/// The index as of one moment: memtables (newest first) and runs (newest first).
+pub(crate) struct Version {
+    pub active: Arc<Memtable>,
+    pub imm: Vec<Arc<Memtable>>,
+    pub runs: Vec<Arc<Run>>,
+}
+
+impl Version {
+    pub fn memtables(&self) -> impl Iterator<Item = &Arc<Memtable>> {
+        std::iter::once(&self.active).chain(self.imm.iter())
+    }
+}
+
+/// Counters the checkpoint needs, behind the metadata lock that serializes checkpoints.
+pub(crate) struct MetaState {
+    pub next_run_id: u64,
+    pub next_mem_id: u64,
+    pub purge_seqno: Seqno,
+}
+
+pub(crate) struct SyncState {
+    pub synced_commit: u64,
+}
+
+/// Shared state of one open engine.
+pub(crate) struct Inner {
+    pub dir: PathBuf,
+    pub opts: Options,
+    pub io_mode: IoMode,
+    pub counters: Arc<IoCounters>,
+    _lock: Option<DirLock>,
+    pub read_only: bool,
+    pub writer: Mutex<LogWriter>,
+    pub commit_no: AtomicU64,
+    pub sync: Mutex<SyncState>,
+    pub visible_seqno: AtomicU64,
+    pub version: RwLock<Arc<Version>>,
+    pub segments: RwLock<SegmentMap>,
+    pub catalog: RwLock<Catalog>,
+    pub garbage: Mutex<GarbageMap>,
+    pub meta: Mutex<MetaState>,
+    pub flush_lock: Mutex<()>,
+    pub gc_lock: Mutex<()>,
+    pub data_cache: Arc<DataCache>,
+    pub index_cache: Arc<IndexCache>,
+    pub stats: StatCounters,
+    pub bg_mutex: Mutex<()>,
+    pub bg_cond: Condvar,
+    pub shutdown: AtomicBool,
+    pub flush_error: Mutex<Option<String>>,
+    /// Per-batch delay (µs) applied to writers while GC is behind its target.
+    pub gc_throttle_micros: AtomicU64,
+    /// A collection was dropped: merge all runs to purge its entries.
+    pub want_full_merge: AtomicBool,
+}
+
+/// An open engine. Cheap to clone; the engine shuts down when the last clone drops.
+#[derive(Clone)]
+pub struct Db {
+    pub(crate) inner: Arc<Inner>,
+    _guard: Arc<CloseGuard>,
+}
+
+struct CloseGuard {
+    inner: Arc<Inner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for CloseGuard {
+    fn drop(&mut self) {
+        self.inner.shutdown.store(true, Ordering::SeqCst);
+        self.inner.bg_cond.notify_all();
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+        if !self.inner.read_only {
+            if let Err(e) = self.inner.writer.lock().close() {
+                tracing::error!("closing the log failed: {e}");
+            }
+        }
+    }
+}
+
+/// A handle to one collection.
+#[derive(Clone)]
+pub struct Collection {
+    db: Db,
+    id: CollId,
+    name: String,
+}
+
+/// A decoded record for GC and the change feed.
+pub(crate) struct OwnedRecord {
+    pub kind: Kind,
+    pub coll: CollId,
+    pub seqno: Seqno,
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+}
+
+/// What a commit writes: user operations or GC copies.
+pub(crate) enum CommitOps<'a> {
+    User(Vec<(CollId, Kind, &'a [u8], &'a [u8])>),
+    Reloc(&'a [OwnedRecord]),
+    Catalog(CatalogOp),
+}
+
+fn validate_kv(key: &[u8], value: &[u8]) -> Result<()> {
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::KeyTooLarge { len: key.len(), max: MAX_KEY_LEN });
+    }
+    if value.len() > MAX_VALUE_LEN {
+        return Err(Error::ValueTooLarge { len: value.len(), max: MAX_VALUE_LEN });
+    }
+    Ok(())
+}
+
+impl Db {
+    /// Opens (creating if allowed) the engine in `path`, recovering after a crash:
+    /// loads the checkpoint, then replays only the log written after it.
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        Self::open_inner(path.as_ref(), opts, false)
+    }
+
+    /// Opens without writing anything and without background threads (for `check`).
+    pub(crate) fn open_read_only(path: &Path, opts: Options) -> Result<Db> {
+        Self::open_inner(path, opts, true)
+    }
+
+    fn open_inner(dir: &Path, opts: Options, read_only: bool) -> Result<Db> {
+        opts.validate()?;
+        if !dir.exists() {
+            if !opts.create_if_missing || read_only {
+                return Err(Error::io(dir, std::io::Error::new(std::io::ErrorKind::NotFound, "data directory does not exist")));
+            }
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        }
+        let lock = if read_only { None } else { Some(DirLock::acquire(dir)?) };
+        let io_mode = if opts.direct_io && probe_direct_io(dir) {
+            IoMode::Direct
+        } else {
+            if opts.direct_io {
+                tracing::warn!("O_DIRECT is not supported on {}: using buffered IO", dir.display());
+                eprintln!("basalt: warning: O_DIRECT is not supported on {}; falling back to buffered IO", dir.display());
+            }
+            IoMode::Buffered
+        };
+        let counters = Arc::new(IoCounters::default());
+        let cache_bytes = opts.cache_bytes();
+        let index_cache: Arc<IndexCache> = Arc::new(ClockCache::new((cache_bytes / 2) as usize));
+        let data_cache: Arc<DataCache> = Arc::new(ClockCache::new((cache_bytes / 2) as usize));
+
+        let ckpt = match checkpoint::read(dir)? {
+            Some(c) => c,
+            None => {
+                let has_data = std::fs::read_dir(dir)
+                    .map_err(|e| Error::io(dir, e))?
+                    .flatten()
+                    .any(|e| e.file_name().to_str().is_some_and(|n| parse_segment_name(n).is_some()));
+                if has_data {
+                    return Err(Error::corruption(checkpoint::checkpoint_path(dir), 0, "CHECKPOINT is missing but segment files exist"));
+                }
+                if read_only {
+                    return Err(Error::io(dir, std::io::Error::new(std::io::ErrorKind::NotFound, "not a Basalt data directory (no CHECKPOINT)")));
+                }
+                let c = Checkpoint {
+                    last_seqno: 0,
+                    replay_from: LogPos { seg: 1, off: DATA_START },
+                    runs: vec![],
+                    segments: vec![],
+                    deletes_len: 0,
+                    next_run_id: 1,
+                    catalog: Catalog::new(),
+                    purge_seqno: 0,
+                };
+                checkpoint::write(dir, &c, &counters)?;
+                c
+            }
+        };
+
+        // Files on disk.
+        let mut seg_files = Vec::new();
+        let mut run_files = Vec::new();
+        for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?.flatten() {
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if let Some(id) = parse_segment_name(name) {
+                seg_files.push(id);
+            } else if let Some(id) = parse_run_name(name) {
+                run_files.push(id);
+            }
+        }
+        seg_files.sort_unstable();
+        let max_listed = ckpt.segments.iter().copied().max().unwrap_or(0);
+        let live_segs: Vec<SegId> = seg_files
+            .iter()
+            .copied()
+            .filter(|id| ckpt.segments.contains(id) || *id > max_listed)
+            .collect();
+        for id in &ckpt.segments {
+            if !seg_files.contains(id) {
+                return Err(Error::corruption(segment_path(dir, *id), 0, "segment listed in CHECKPOINT is missing"));
+            }
+        }
+        if !read_only {
+            for id in seg_files.iter().filter(|id| !live_segs.contains(id)) {
+                let _ = std::fs::remove_file(segment_path(dir, *id));
+            }
+            for id in run_files.iter().filter(|id| !ckpt.runs.contains(id)) {
+                let _ = std::fs::remove_file(run_path(dir, *id));
+            }
+        }
+
+        let runs = ckpt
+            .runs
+            .iter()
+            .map(|&id| Run::open(dir, id, io_mode, counters.clone(), index_cache.clone()).map(Arc::new))
+            .collect::<Result<Vec<_>>>()?;
+
+        // Segments: sealed ones from their footers; the last may be an unsealed tail.
+        let mut segments: BTreeMap<SegId, Arc<Segment>> = BTreeMap::new();
+        let mut tail_end = None;
+        let mut next_seqno = ckpt.last_seqno + 1;
+        let mut catalog = ckpt.catalog.clone();
+        let mut mem_id = 1;
+        let active = Arc::new(Memtable::new(mem_id, ckpt.replay_from));
+        mem_id += 1;
+        let mut replay_dead: Vec<DeadRecord> = Vec::new();
+        for (i, &id) in live_segs.iter().enumerate() {
+            let path = segment_path(dir, id);
+            let file = if read_only {
+                DataFile::open_read(&path, io_mode, counters.clone())?
+            } else {
+                DataFile::open(&path, io_mode, false, counters.clone())?
+            };
+            let mut hdr = crate::aligned::AlignedBuf::zeroed(crate::aligned::PAGE);
+            let n = file.read_full(&mut hdr, 0)?;
+            if n < crate::aligned::PAGE {
+                if i + 1 == live_segs.len() && !ckpt.segments.contains(&id) && !read_only {
+                    // Crashed while creating this segment: nothing was written to it.
+                    drop(file);
+                    std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+                    continue;
+                }
+                return Err(Error::corruption(&path, 0, "segment header missing"));
+            }
+            check_header(&hdr, id, &path)?;
+            let footer = read_footer(&file)?;
+            let is_last = i + 1 == live_segs.len();
+            if footer.is_none() && !is_last {
+                return Err(Error::corruption(&path, 0, "segment is not sealed but is not the last one"));
+            }
+            let replay_start = if id < ckpt.replay_from.seg {
+                None
+            } else if id == ckpt.replay_from.seg {
+                Some(ckpt.replay_from.off)
+            } else {
+                Some(DATA_START)
+            };
+            let limit = footer.as_ref().map(|(_, end)| *end);
+            let (blocks, sealed, end) = match (&footer, replay_start) {
+                (Some((blocks, end)), None) => (blocks.clone(), true, *end),
+                _ => {
+                    // Replay blocks after the checkpoint into the memtable.
+                    let start = replay_start.unwrap_or(DATA_START);
+                    let scan = scan_blocks(&file, start, limit, |off, _h, bytes| {
+                        let (_, raw) = crate::block::decode(bytes, &path, off)?;
+                        for item in RecordIter::new(&raw) {
+                            let (_, r) = item.map_err(|at| Error::corruption(&path, off, format!("record at payload offset {at} malformed")))?;
+                            next_seqno = next_seqno.max(r.seqno + 1);
+                            match r.kind {
+                                Kind::Catalog => {
+                                    let op: CatalogOp = serde_json::from_slice(r.value)
+                                        .map_err(|e| Error::corruption(&path, off, format!("catalog record: {e}")))?;
+                                    catalog.apply(&op);
+                                }
+                                Kind::Put | Kind::Delete => {
+                                    let e = IndexEntry {
+                                        seqno: r.seqno,
+                                        kind: r.kind,
+                                        reloc: r.reloc,
+                                        loc: Location { seg: id, off, len: bytes.len() as u32 },
+                                        rec_size: r.encoded_len() as u32,
+                                    };
+                                    if let Some(prev) = active.insert(r.coll, r.key, e) {
+                                        if prev.loc != e.loc {
+                                            replay_dead.push(DeadRecord { seg: prev.loc.seg, off: prev.loc.off, seqno: prev.seqno, size: prev.rec_size });
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        Ok(())
+                    })?;
+                    let mut blocks = match &footer {
+                        Some((b, _)) => b.iter().copied().filter(|b| b.off < start).collect::<Vec<_>>(),
+                        None => {
+                            // Unsealed tail: blocks before the replay start must be found by scanning.
+                            if start > DATA_START {
+                                scan_blocks(&file, DATA_START, Some(start), |_, _, _| Ok(()))?.blocks
+                            } else {
+                                Vec::new()
+                            }
+                        }
+                    };
+                    blocks.extend(scan.blocks.iter().copied());
+                    if let Some(reason) = &scan.stop_reason {
+                        if footer.is_some() {
+                            return Err(Error::corruption(&path, scan.committed_end, format!("sealed segment damaged: {reason}")));
+                        }
+                        if let Some(at) = crate::recovery::valid_block_after(&file, scan.committed_end)? {
+                            return Err(Error::corruption(
+                                &path,
+                                scan.committed_end,
+                                format!("{reason}, but a valid block follows at offset {at}: refusing to discard acknowledged data"),
+                            ));
+                        }
+                        tracing::warn!("{}: {reason}; discarding the torn tail after offset {}", path.display(), scan.committed_end);
+                        if !read_only {
+                            crate::recovery::truncate_tail(&file, scan.committed_end)?;
+                        }
+                    }
+                    let end = footer.as_ref().map(|(_, e)| *e).unwrap_or(scan.committed_end);
+                    (blocks, footer.is_some(), end)
+                }
+            };
+            if !sealed {
+                tail_end = Some(end);
+            }
+            let seg = Arc::new(Segment::new(id, file, blocks, sealed, end, data_cache.clone()));
+            segments.insert(id, seg);
+        }
+
+        let mut garbage = GarbageMap::open(dir, ckpt.deletes_len, |s| segments.contains_key(&s), read_only)?;
+        garbage.add(replay_dead.into_iter().filter(|d| segments.contains_key(&d.seg)));
+
+        let next_seg_id = segments.keys().next_back().map_or(1, |id| id + 1).max(ckpt.replay_from.seg);
+        let writer_seg = match (segments.values().next_back(), tail_end) {
+            (Some(s), Some(_)) if !s.sealed.load(Ordering::SeqCst) => s.clone(),
+            _ if read_only => match segments.values().next_back() {
+                Some(s) => s.clone(),
+                None => return Err(Error::corruption(dir, 0, "data directory has no log segment")),
+            },
+            _ => {
+                let s = create_segment(dir, next_seg_id, io_mode, counters.clone(), data_cache.clone(), opts.segment_size)?;
+                segments.insert(s.id, s.clone());
+                tail_end = Some(DATA_START);
+                s
+            }
+        };
+        let writer_end = tail_end.unwrap_or(writer_seg.written_end.load(Ordering::SeqCst));
+        let writer_next_seg = segments.keys().next_back().map_or(1, |id| id + 1);
+        let writer = LogWriter::resume(
+            writer_seg,
+            writer_end,
+            next_seqno,
+            writer_next_seg,
+            dir.to_path_buf(),
+            io_mode,
+            counters.clone(),
+            data_cache.clone(),
+            &opts,
+        )?;
+
+        let inner = Arc::new(Inner {
+            dir: dir.to_path_buf(),
+            io_mode,
+            counters,
+            _lock: lock,
+            read_only,
+            writer: Mutex::new(writer),
+            commit_no: AtomicU64::new(0),
+            sync: Mutex::new(SyncState { synced_commit: 0 }),
+            visible_seqno: AtomicU64::new(next_seqno - 1),
+            version: RwLock::new(Arc::new(Version { active, imm: vec![], runs })),
+            segments: RwLock::new(Arc::new(segments)),
+            catalog: RwLock::new(catalog),
+            garbage: Mutex::new(garbage),
+            meta: Mutex::new(MetaState { next_run_id: ckpt.next_run_id, next_mem_id: mem_id, purge_seqno: ckpt.purge_seqno }),
+            flush_lock: Mutex::new(()),
+            gc_lock: Mutex::new(()),
+            data_cache,
+            index_cache,
+            stats: StatCounters::default(),
+            bg_mutex: Mutex::new(()),
+            bg_cond: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+            flush_error: Mutex::new(None),
+            gc_throttle_micros: AtomicU64::new(0),
+            want_full_merge: AtomicBool::new(false),
+            opts,
+        });
+        let guard = Arc::new(CloseGuard { inner: inner.clone(), threads: Mutex::new(Vec::new()) });
+        let db = Db { inner, _guard: guard };
+        if !read_only {
+            db.start_background();
+        }
+        Ok(db)
+    }
+
+    fn start_background(&self) {
+        let mut threads = self._guard.threads.lock();
+        let inner = self.inner.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("basalt-flush".into())
+                .spawn(move || crate::flush::flush_thread(&inner))
+                .expect("spawn flush thread"),
+        );
+        if self.inner.opts.background_gc {
+            let inner = self.inner.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("basalt-gc".into())
+                    .spawn(move || crate::gc::gc_thread(&inner))
+                    .expect("spawn gc thread"),
+            );
+        }
+        if let Durability::SyncEveryMs(ms) = self.inner.opts.durability {
+            let inner = self.inner.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("basalt-sync".into())
+                    .spawn(move || {
+                        while !inner.shutdown.load(Ordering::SeqCst) {
+                            {
+                                let mut g = inner.bg_mutex.lock();
+                                inner.bg_cond.wait_for(&mut g, Duration::from_millis(ms.max(1)));
+                            }
+                            let target = inner.commit_no.load(Ordering::SeqCst);
+                            if let Err(e) = inner.sync_upto(target) {
+                                tracing::error!("periodic sync failed: {e}");
+                            }
+                        }
+                    })
+                    .expect("spawn sync thread"),
+            );
+        }
+    }
+
+    /// The data directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The options the engine runs with.
+    pub fn options(&self) -> &Options {
+        &self.inner.opts
+    }
+
+    /// Active IO mode (O_DIRECT or buffered fallback).
+    pub fn io_mode(&self) -> IoMode {
+        self.inner.io_mode
+    }
+
+    // ---- collections ----
+
+    /// Creates a collection.
+    pub fn create_collection(&self, name: &str) -> Result<Collection> {
+        let op = self.inner.catalog.read().plan_create(name)?;
+        self.inner.commit(CommitOps::Catalog(op))?;
+        self.collection(name)
+    }
+
+    /// Returns the collection, creating it when missing.
+    pub fn collection_or_create(&self, name: &str) -> Result<Collection> {
+        match self.collection(name) {
+            Err(Error::UnknownCollection(_)) => match self.create_collection(name) {
+                Err(Error::CollectionExists(_)) => self.collection(name),
+                r => r,
+            },
+            r => r,
+        }
+    }
+
+    /// A handle to an existing collection.
+    pub fn collection(&self, name: &str) -> Result<Collection> {
+        let id = self.inner.catalog.read().id(name)?;
+        Ok(Collection { db: self.clone(), id, name: name.to_string() })
+    }
+
+    /// Drops a collection: gone at once for readers; its space is reclaimed by GC.
+    pub fn drop_collection(&self, name: &str) -> Result<()> {
+        let op = self.inner.catalog.read().plan_drop(name)?;
+        self.inner.commit(CommitOps::Catalog(op))?;
+        self.inner.want_full_merge.store(true, Ordering::SeqCst);
+        {
+            let mut w = self.inner.writer.lock();
+            self.inner.rotate_memtable(&mut w)?;
+        }
+        self.inner.bg_cond.notify_all();
+        Ok(())
+    }
+
+    /// Renames a collection.
+    pub fn rename_collection(&self, from: &str, to: &str) -> Result<()> {
+        let op = self.inner.catalog.read().plan_rename(from, to)?;
+        self.inner.commit(CommitOps::Catalog(op))?;
+        Ok(())
+    }
+
+    /// Names of all collections, sorted.
+    pub fn list_collections(&self) -> Vec<String> {
+        self.inner.catalog.read().by_name.keys().cloned().collect()
+    }
+
+    // ---- writes ----
+
+    /// Puts `key` = `value` in `collection`; returns the write's seqno.
+    pub fn put(&self, collection: &str, key: &[u8], value: &[u8]) -> Result<Seqno> {
+        self.collection(collection)?.put(key, value)
+    }
+
+    /// Deletes `key` in `collection`; returns the tombstone's seqno.
+    pub fn delete(&self, collection: &str, key: &[u8]) -> Result<Seqno> {
+        self.collection(collection)?.delete(key)
+    }
+
+    /// Applies a batch atomically; returns the seqno of its last write.
+    pub fn write(&self, batch: &WriteBatch) -> Result<Seqno> {
+        if batch.is_empty() {
+            return Ok(self.inner.visible_seqno.load(Ordering::SeqCst));
+        }
+        let cat = self.inner.catalog.read();
+        let mut ops = Vec::with_capacity(batch.len());
+        for op in batch.ops() {
+            match op {
+                BatchOp::Put { collection, key, value } => ops.push((cat.id(collection)?, Kind::Put, key.as_slice(), value.as_slice())),
+                BatchOp::Delete { collection, key } => ops.push((cat.id(collection)?, Kind::Delete, key.as_slice(), &[][..])),
+            }
+        }
+        drop(cat);
+        self.inner.commit(CommitOps::User(ops))
+    }
+
+    /// Makes every acknowledged write durable (one fdatasync of the log).
+    pub fn sync(&self) -> Result<()> {
+        let target = self.inner.commit_no.load(Ordering::SeqCst);
+        self.inner.sync_upto(target)
+    }
+
+    /// Syncs the log and moves the write cache into an index run (a checkpoint), so
+    /// that reopening replays nothing.
+    pub fn flush(&self) -> Result<()> {
+        self.sync()?;
+        {
+            let mut w = self.inner.writer.lock();
+            self.inner.rotate_memtable(&mut w)?;
+        }
+        crate::flush::flush_all(&self.inner)
+    }
+
+    // ---- reads ----
+
+    /// Reads `key` from `collection`.
+    pub fn get(&self, collection: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.collection(collection)?.get(key)
+    }
+
+    /// Reads many keys of one collection; results are in the order of `keys`.
+    pub fn multi_get(&self, collection: &str, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.collection(collection)?.multi_get(keys)
+    }
+
+    /// A consistent read-only view of the whole engine as of now.
+    pub fn snapshot(&self) -> crate::Snapshot {
+        crate::snapshot::Snapshot::new(self.inner.clone())
+    }
+
+    /// Runs GC now until no segment qualifies (or only one pass with `once`).
+    /// Returns the number of segments collected.
+    pub fn gc_now(&self) -> Result<usize> {
+        let mut n = 0;
+        while crate::gc::gc_once(&self.inner, false)? {
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Collects the sealed segment with the most garbage even if the target fill is met.
+    pub fn gc_force_one(&self) -> Result<bool> {
+        crate::gc::gc_once(&self.inner, true)
+    }
+
+    /// Waits until background GC has nothing left to do at the current target fill.
+    pub fn wait_for_gc(&self) -> Result<()> {
+        loop {
+            self.flush()?;
+            if self.gc_now()? == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Statistics as of now.
+    pub fn stats(&self) -> crate::Stats {
+        crate::stats::collect(&self.inner)
+    }
+
+    /// Closes the engine, syncing the log. Other clones keep it open until they drop.
+    pub fn close(self) -> Result<()> {
+        let r = if self.inner.read_only { Ok(()) } else { self.sync() };
+        drop(self);
+        r
+    }
+}
+
+impl Collection {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn id(&self) -> CollId {
+        self.id
+    }
+
+    /// The engine this collection belongs to.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    fn check_live(&self) -> Result<()> {
+        if self.db.inner.catalog.read().is_live(self.id) {
+            Ok(())
+        } else {
+            Err(Error::UnknownCollection(self.name.clone()))
+        }
+    }
+
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<Seqno> {
+        self.db.inner.commit(CommitOps::User(vec![(self.id, Kind::Put, key, value)]))
+    }
+
+    pub fn delete(&self, key: &[u8]) -> Result<Seqno> {
+        self.db.inner.commit(CommitOps::User(vec![(self.id, Kind::Delete, key, &[])]))
+    }
+
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.check_live()?;
+        let snap = self.db.inner.visible_seqno.load(Ordering::SeqCst);
+        self.db.inner.get_at(self.id, key, snap, None)
+    }
+
+    pub fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.check_live()?;
+        let snap = self.db.inner.visible_seqno.load(Ordering::SeqCst);
+        keys.iter().map(|k| self.db.inner.get_at(self.id, k, snap, None)).collect()
+    }
+
+    /// Ordered scan of keys within the bounds, forwards or backwards.
+    pub fn scan(&self, lo: std::ops::Bound<&[u8]>, hi: std::ops::Bound<&[u8]>, dir: crate::Direction) -> Result<crate::ScanIter> {
+        self.check_live()?;
+        Ok(self.db.snapshot().scan_id(self.id, lo, hi, dir))
+    }
+
+    /// Ordered scan of keys starting with `prefix`.
+    pub fn scan_prefix(&self, prefix: &[u8], dir: crate::Direction) -> Result<crate::ScanIter> {
+        self.check_live()?;
+        Ok(self.db.snapshot().scan_prefix_id(self.id, prefix, dir))
+    }
+
+    /// The change feed of this collection after `since`, in seqno order.
+    pub fn changes(&self, since: Seqno) -> Result<crate::ChangeIter> {
+        self.check_live()?;
+        crate::changes::ChangeIter::new(self.db.inner.clone(), Some(self.id), since)
+    }
+}
+
+impl Db {
+    /// The change feed over all collections after `since`, in seqno order.
+    pub fn changes(&self, since: Seqno) -> Result<crate::ChangeIter> {
+        crate::changes::ChangeIter::new(self.inner.clone(), None, since)
+    }
+}
+
+impl Inner {
+    /// Appends one batch to the log and the write cache. Durable on return when the
+    /// durability mode says so (one shared fdatasync for concurrent writers).
+    pub(crate) fn commit(&self, ops: CommitOps<'_>) -> Result<Seqno> {
+        if self.read_only {
+            return Err(Error::InvalidArgument("engine is open read-only".into()));
+        }
+        let mut user_bytes = 0u64;
+        let mut encoded = 0u64;
+        match &ops {
+            CommitOps::User(v) => {
+                for (_, _, k, val) in v {
+                    validate_kv(k, val)?;
+                    user_bytes += (k.len() + val.len()) as u64;
+                    encoded += crate::record::encoded_len(0, u64::MAX, k.len(), val.len()) as u64;
+                }
+            }
+            CommitOps::Reloc(recs) => {
+                encoded = recs.iter().map(|r| crate::record::encoded_len(r.coll, r.seqno, r.key.len(), r.value.len()) as u64).sum()
+            }
+            CommitOps::Catalog(_) => encoded = 1024,
+        }
+        if matches!(ops, CommitOps::User(_)) {
+            self.throttle()?;
+        }
+        let is_catalog = matches!(ops, CommitOps::Catalog(_));
+        let mut w = self.writer.lock();
+        if let Some(seg) = w.prepare(encoded + crate::block::HEADER_LEN as u64 * 4)? {
+            let mut segs = self.segments.write();
+            let mut m = (**segs).clone();
+            m.insert(seg.id, seg);
+            *segs = Arc::new(m);
+        }
+        let v = self.version.read().clone();
+        let seg_id = w.seg.id;
+        let mut last = 0;
+        let mut dead = Vec::new();
+        w.begin_batch();
+        let res: Result<()> = (|| {
+            match &ops {
+                CommitOps::User(list) => {
+                    for &(coll, kind, key, value) in list {
+                        let seqno = w.next_seqno;
+                        w.next_seqno += 1;
+                        let rec = RecordRef { kind, reloc: false, coll, seqno, key, value };
+                        let off = w.add(&rec)?;
+                        v.active.insert(
+                            coll,
+                            key,
+                            IndexEntry { seqno, kind, reloc: false, loc: Location { seg: seg_id, off, len: 0 }, rec_size: rec.encoded_len() as u32 },
+                        );
+                        last = seqno;
+                    }
+                }
+                CommitOps::Reloc(recs) => {
+                    for r in recs.iter() {
+                        let rec = RecordRef { kind: r.kind, reloc: true, coll: r.coll, seqno: r.seqno, key: &r.key, value: &r.value };
+                        let off = w.add(&rec)?;
+                        let e = IndexEntry { seqno: r.seqno, kind: r.kind, reloc: true, loc: Location { seg: seg_id, off, len: 0 }, rec_size: rec.encoded_len() as u32 };
+                        if let Some(prev) = v.active.insert(r.coll, &r.key, e) {
+                            if prev.loc.seg != seg_id || prev.loc.off != off {
+                                dead.push(DeadRecord { seg: prev.loc.seg, off: prev.loc.off, seqno: prev.seqno, size: prev.rec_size });
+                            }
+                        }
+                    }
+                }
+                CommitOps::Catalog(op) => {
+                    let seqno = w.next_seqno;
+                    w.next_seqno += 1;
+                    let value = serde_json::to_vec(op).expect("catalog op serializes");
+                    let rec = RecordRef { kind: Kind::Catalog, reloc: false, coll: 0, seqno, key: b"", value: &value };
+                    w.add(&rec)?;
+                    self.catalog.write().apply(op);
+                    last = seqno;
+                }
+            }
+            Ok(())
+        })();
+        w.end_batch();
+        res?;
+        if last > 0 {
+            self.visible_seqno.store(last, Ordering::SeqCst);
+        }
+        let my_commit = self.commit_no.fetch_add(1, Ordering::SeqCst) + 1;
+        if v.active.approx_bytes() >= self.memtable_target() {
+            self.rotate_memtable(&mut w)?;
+        }
+        drop(w);
+        if !dead.is_empty() {
+            let segs = self.segments.read().clone();
+            self.garbage.lock().add(dead.into_iter().filter(|d| segs.contains_key(&d.seg)));
+        }
+        self.stats.user_bytes_written.fetch_add(user_bytes, Ordering::Relaxed);
+        if let CommitOps::User(list) = &ops {
+            self.stats.writes.fetch_add(list.len() as u64, Ordering::Relaxed);
+        }
+        if is_catalog || self.opts.durability == Durability::SyncEveryWrite {
+            self.sync_upto(my_commit)?;
+        }
+        Ok(last)
+    }
+
+    pub(crate) fn memtable_target(&self) -> u64 {
+        self.opts.write_cache_bytes() / 2
+    }
+
+    /// Seals the open block and starts a new memtable (under the writer lock).
+    pub(crate) fn rotate_memtable(&self, w: &mut LogWriter) -> Result<()> {
+        let cur = self.version.read().clone();
+        if cur.active.is_empty() {
+            return Ok(());
+        }
+        w.seal_block(0)?;
+        let id = {
+            let mut m = self.meta.lock();
+            m.next_mem_id += 1;
+            m.next_mem_id
+        };
+        let start = LogPos { seg: w.seg.id, off: w.end() };
+        let fresh = Arc::new(Memtable::new(id, start));
+        {
+            let mut v = self.version.write();
+            let mut imm = vec![v.active.clone()];
+            imm.extend(v.imm.iter().cloned());
+            *v = Arc::new(Version { active: fresh, imm, runs: v.runs.clone() });
+        }
+        self.bg_cond.notify_all();
+        Ok(())
+    }
+
+    /// Slows writers down when flushes or GC fall behind (smoothly, not by stopping).
+    fn throttle(&self) -> Result<()> {
+        let started = Instant::now();
+        let mut slept = false;
+        loop {
+            let pending = self.version.read().imm.len();
+            if pending < 3 {
+                break;
+            }
+            if let Some(e) = self.flush_error.lock().clone() {
+                if e.contains("no space") {
+                    return Err(Error::NoSpace { path: self.dir.clone() });
+                }
+            }
+            self.bg_cond.notify_all();
+            let mut g = self.bg_mutex.lock();
+            self.bg_cond.wait_for(&mut g, Duration::from_millis(1));
+            slept = true;
+        }
+        let t = self.gc_throttle_micros.load(Ordering::Relaxed);
+        if t > 0 {
+            std::thread::sleep(Duration::from_micros(t));
+            slept = true;
+        }
+        if slept {
+            self.stats.stall_micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Group commit: makes the log durable up to commit number `target`. One caller
+    /// does the fdatasync; the others waiting behind it find their commit covered.
+    pub(crate) fn sync_upto(&self, target: u64) -> Result<()> {
+        let mut s = self.sync.lock();
+        if s.synced_commit >= target {
+            return Ok(());
+        }
+        let (seg, covered) = {
+            let mut w = self.writer.lock();
+            let covered = self.commit_no.load(Ordering::SeqCst);
+            let (seg, _) = w.flush_tail()?;
+            (seg, covered)
+        };
+        seg.file.sync_data()?;
+        self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+        s.synced_commit = covered;
+        Ok(())
+    }
+
+    /// Index lookup: newest version of `key` visible at `snap`, honouring relocated copies.
+    pub(crate) fn lookup(&self, v: &Version, coll: CollId, key: &[u8], snap: Seqno) -> Result<Option<IndexEntry>> {
+        let mut found: Option<IndexEntry> = None;
+        for mt in v.memtables() {
+            if let Some(e) = mt.get(coll, key, snap) {
+                if found.is_none_or(|f| e.supersedes(&f)) {
+                    found = Some(e);
+                }
+                if !found.expect("set").reloc {
+                    return Ok(found);
+                }
+            }
+        }
+        let h = key_hash(coll, key);
+        for run in &v.runs {
+            if let Some(e) = run.get(coll, key, h)? {
+                if e.seqno <= snap && found.is_none_or(|f| e.supersedes(&f)) {
+                    found = Some(e);
+                }
+                if found.is_some_and(|f| !f.reloc) {
+                    break;
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Point read at a snapshot seqno. `pinned` is a snapshot's segment map.
+    pub(crate) fn get_at(&self, coll: CollId, key: &[u8], snap: Seqno, pinned: Option<(&Arc<Version>, &SegmentMap)>) -> Result<Option<Vec<u8>>> {
+        self.stats.gets.fetch_add(1, Ordering::Relaxed);
+        for _ in 0..16 {
+            let v = match pinned {
+                Some((v, _)) => v.clone(),
+                None => self.version.read().clone(),
+            };
+            let Some(e) = self.lookup(&v, coll, key, snap)? else { return Ok(None) };
+            if e.is_tombstone() {
+                return Ok(None);
+            }
+            if let Some(val) = self.read_value(coll, key, &e, pinned.map(|p| p.1))? {
+                return Ok(Some(val));
+            }
+        }
+        Err(Error::corruption(segment_path(&self.dir, 0), 0, format!("key {:?} points to a segment that keeps disappearing", String::from_utf8_lossy(key))))
+    }
+
+    /// Reads the value of the record an index entry points at. `Ok(None)` means the
+    /// segment was retired by GC in the meantime: look the key up again.
+    pub(crate) fn read_value(&self, coll: CollId, key: &[u8], e: &IndexEntry, pinned: Option<&SegmentMap>) -> Result<Option<Vec<u8>>> {
+        let seg = pinned.and_then(|m| m.get(&e.loc.seg).cloned()).or_else(|| self.segments.read().get(&e.loc.seg).cloned());
+        let Some(seg) = seg else { return Ok(None) };
+        let payload = self.block_payload(&seg, e.loc, Some((coll, key, e.seqno)))?;
+        let payload = match payload {
+            BlockPayload::Value(v) => return Ok(Some(v)),
+            BlockPayload::Raw(p) => p,
+        };
+        for item in RecordIter::new(&payload) {
+            let (_, r) = item.map_err(|at| Error::corruption(seg.file.path(), e.loc.off, format!("record at payload offset {at} malformed")))?;
+            if r.seqno == e.seqno && r.coll == coll && r.key == key {
+                return Ok(Some(r.value.to_vec()));
+            }
+        }
+        Err(Error::corruption(
+            seg.file.path(),
+            e.loc.off,
+            format!("index entry for key {:?} seqno {} not found in its block", String::from_utf8_lossy(key), e.seqno),
+        ))
+    }
+
+    /// The uncompressed payload of the block at `loc` (from cache, the writer's memory,
+    /// or one aligned device read). With `want`, a record still in the open block is
+    /// returned directly.
+    pub(crate) fn block_payload(&self, seg: &Arc<Segment>, loc: Location, want: Option<(CollId, &[u8], Seqno)>) -> Result<BlockPayload> {
+        if let Some(p) = self.data_cache.get(&(seg.id, loc.off)) {
+            return Ok(BlockPayload::Raw(p));
+        }
+        let len = if loc.len > 0 {
+            loc.len
+        } else if let Some(b) = seg.block_at(loc.off) {
+            b.len
+        } else {
+            let w = self.writer.lock();
+            if let Some((coll, key, seqno)) = want {
+                if w.seg.id == seg.id {
+                    if let Some(v) = w.read_open(loc.off, coll, key, seqno) {
+                        return Ok(BlockPayload::Value(v));
+                    }
+                }
+            }
+            drop(w);
+            match seg.block_at(loc.off) {
+                Some(b) => b.len,
+                None => return Err(Error::corruption(seg.file.path(), loc.off, "index points to a block that does not exist")),
+            }
+        };
+        if loc.off + len as u64 > seg.written_end.load(Ordering::SeqCst) {
+            let mut w = self.writer.lock();
+            if w.seg.id == seg.id && loc.off + len as u64 > seg.written_end.load(Ordering::SeqCst) {
+                w.write_buf()?;
+            }
+        }
+        let (buf, skip) = seg.file.read_range(loc.off, len as usize)?;
+        self.stats.device_reads.fetch_add(1, Ordering::Relaxed);
+        let (_, raw) = crate::block::decode(&buf[skip..skip + len as usize], seg.file.path(), loc.off)?;
+        let raw = Arc::new(raw);
+        self.data_cache.insert((seg.id, loc.off), raw.clone(), raw.len());
+        Ok(BlockPayload::Raw(raw))
+    }
+}
+
+pub(crate) enum BlockPayload {
+    Raw(Arc<Vec<u8>>),
+    Value(Vec<u8>),
+}

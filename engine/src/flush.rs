@@ -1,0 +1,294 @@
+//! Moving the write cache to disk and keeping the index small:
+//! memtable flush → new index run → (maybe) merge of runs → checkpoint.
+//!
+//! Garbage is found here, never by lookups on the write path: whenever two versions
+//! of a key meet (in a memtable being flushed or in a merge), the loser's
+//! `(segment, block, seqno, size)` goes to the delete list, which is made durable
+//! before the checkpoint that installs the new run.
+
+use crate::checkpoint::{self, Checkpoint};
+use crate::db::{Inner, MetaState, Version};
+use crate::entry::IndexEntry;
+use crate::error::{Error, Result};
+use crate::garbage::DeadRecord;
+use crate::index_run::{Run, RunCursor, RunWriter};
+use crate::memtable::Memtable;
+use crate::record::CollId;
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Background loop: flush rotated memtables, merge runs.
+pub fn flush_thread(inner: &Arc<Inner>) {
+    let mut backoff = Duration::from_millis(10);
+    while !inner.shutdown.load(Ordering::SeqCst) {
+        let has_work = !inner.version.read().imm.is_empty() || inner.want_full_merge.load(Ordering::SeqCst);
+        if !has_work {
+            let mut g = inner.bg_mutex.lock();
+            inner.bg_cond.wait_for(&mut g, Duration::from_millis(100));
+            continue;
+        }
+        let res = flush_one(inner).and_then(|_| {
+            if inner.want_full_merge.swap(false, Ordering::SeqCst) {
+                let _f = inner.flush_lock.lock();
+                maybe_merge(inner, true)?;
+            }
+            Ok(())
+        });
+        match res {
+            Ok(_) => {
+                *inner.flush_error.lock() = None;
+                backoff = Duration::from_millis(10);
+                inner.bg_cond.notify_all();
+            }
+            Err(e) => {
+                tracing::error!("index flush failed (will retry): {e}");
+                *inner.flush_error.lock() = Some(e.to_string());
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+/// Flushes every rotated memtable now (used by `Db::flush`).
+pub fn flush_all(inner: &Arc<Inner>) -> Result<()> {
+    while flush_one(inner)? {}
+    Ok(())
+}
+
+/// Writes the checkpoint describing the current state. The delete list is synced
+/// first so the checkpoint never points past durable garbage entries.
+pub fn write_checkpoint(inner: &Inner, meta: &MetaState) -> Result<()> {
+    let deletes_len = inner.garbage.lock().persist()?;
+    let v = inner.version.read().clone();
+    let replay_from = v.imm.last().map(|m| m.start).unwrap_or(v.active.start);
+    let segments: Vec<_> = inner.segments.read().keys().copied().collect();
+    let last_seqno = inner.writer.lock().next_seqno - 1;
+    let c = Checkpoint {
+        last_seqno,
+        replay_from,
+        runs: v.runs.iter().map(|r| r.id).collect(),
+        segments,
+        deletes_len,
+        next_run_id: meta.next_run_id,
+        catalog: inner.catalog.read().clone(),
+        purge_seqno: meta.purge_seqno,
+    };
+    checkpoint::write(&inner.dir, &c, &inner.counters)
+}
+
+/// Resolves block lengths still unknown in a memtable entry (its block was sealed
+/// after the entry was inserted).
+fn resolve(inner: &Inner, e: &mut IndexEntry) -> Result<()> {
+    if e.loc.len == 0 {
+        let seg = inner.segments.read().get(&e.loc.seg).cloned();
+        let b = seg.as_ref().and_then(|s| s.block_at(e.loc.off)).ok_or_else(|| {
+            Error::corruption(crate::segment::segment_path(&inner.dir, e.loc.seg), e.loc.off, "memtable entry points to an unknown block")
+        })?;
+        e.loc.len = b.len;
+    }
+    Ok(())
+}
+
+fn dead_of(e: &IndexEntry) -> DeadRecord {
+    DeadRecord { seg: e.loc.seg, off: e.loc.off, seqno: e.seqno, size: e.rec_size }
+}
+
+/// Flushes the oldest rotated memtable. Returns false if there was none.
+pub fn flush_one(inner: &Arc<Inner>) -> Result<bool> {
+    let _f = inner.flush_lock.lock();
+    let mt: Arc<Memtable> = match inner.version.read().imm.last() {
+        Some(m) => m.clone(),
+        None => return Ok(false),
+    };
+    // Newer versions that make older ones garbage must be durable first.
+    let target = inner.commit_no.load(Ordering::SeqCst);
+    inner.sync_upto(target)?;
+
+    let dropped: BTreeSet<CollId> = inner.catalog.read().dropped.clone();
+    let v = inner.version.read().clone();
+    let no_older_data = v.runs.is_empty();
+    let run_id = {
+        let mut m = inner.meta.lock();
+        m.next_run_id += 1;
+        m.next_run_id - 1
+    };
+    let mut dead = Vec::new();
+    let mut w = RunWriter::create(&inner.dir, run_id, inner.io_mode, inner.counters.clone())?;
+    let entries = mt.sorted_entries();
+    let mut i = 0;
+    let mut written = 0u64;
+    let mut purged = 0;
+    while i < entries.len() {
+        let (coll, key) = (entries[i].0, &entries[i].1);
+        let mut j = i;
+        let mut best = entries[i].2;
+        while j < entries.len() && entries[j].0 == coll && entries[j].1 == *key {
+            if entries[j].2.supersedes(&best) {
+                best = entries[j].2;
+            }
+            j += 1;
+        }
+        for (_, _, e) in &entries[i..j] {
+            if *e != best {
+                dead.push(dead_of(e));
+            }
+        }
+        if dropped.contains(&coll) || (best.is_tombstone() && no_older_data) {
+            if best.is_tombstone() {
+                purged = purged.max(best.seqno);
+            }
+            dead.push(dead_of(&best));
+        } else {
+            resolve(inner, &mut best)?;
+            w.add(coll, key, &best)?;
+            written += 1;
+        }
+        i = j;
+    }
+    let run = Arc::new(w.finish(inner.index_cache.clone())?);
+    let keep_run = written > 0;
+    {
+        let mut ver = inner.version.write();
+        let imm: Vec<_> = ver.imm.iter().filter(|m| m.id != mt.id).cloned().collect();
+        let mut runs = ver.runs.clone();
+        if keep_run {
+            runs.insert(0, run.clone());
+        }
+        *ver = Arc::new(Version { active: ver.active.clone(), imm, runs });
+    }
+    let segs = inner.segments.read().clone();
+    inner.garbage.lock().add(dead.into_iter().filter(|d| segs.contains_key(&d.seg)));
+    {
+        let mut meta = inner.meta.lock();
+        meta.purge_seqno = meta.purge_seqno.max(purged);
+        write_checkpoint(inner, &meta)?;
+    }
+    if !keep_run {
+        run.mark_obsolete();
+    }
+    inner.stats.flushes.fetch_add(1, Ordering::Relaxed);
+    maybe_merge(inner, false)?;
+    Ok(true)
+}
+
+/// Picks the newest runs to merge: a prefix whose total size reaches the next run's
+/// size (a binary-counter-like policy, ~log2 levels), or everything with `full`.
+fn pick_merge(runs: &[Arc<Run>], full: bool) -> usize {
+    if full {
+        return runs.len();
+    }
+    let mut acc = 0u64;
+    let mut k = 0;
+    for (i, r) in runs.iter().enumerate() {
+        if i > 0 && acc < r.file_size {
+            break;
+        }
+        acc += r.file_size;
+        k = i + 1;
+    }
+    if runs.len() > 8 {
+        k = k.max(runs.len() - 6);
+    }
+    k
+}
+
+/// Merges runs when the policy says so (all of them with `full`, e.g. after a drop).
+pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<()> {
+    let v = inner.version.read().clone();
+    let k = pick_merge(&v.runs, full);
+    if k < 2 && !(full && k == 1) {
+        return Ok(());
+    }
+    let inputs: Vec<Arc<Run>> = v.runs[..k].to_vec();
+    let bottom = k == v.runs.len();
+    let dropped: BTreeSet<CollId> = inner.catalog.read().dropped.clone();
+    let run_id = {
+        let mut m = inner.meta.lock();
+        m.next_run_id += 1;
+        m.next_run_id - 1
+    };
+    let mut w = RunWriter::create(&inner.dir, run_id, inner.io_mode, inner.counters.clone())?;
+    let mut cursors = inputs
+        .iter()
+        .map(|r| RunCursor::seek_uncached(r.clone(), 0, Some(&[]), false))
+        .collect::<Result<Vec<_>>>()?;
+    let mut dead = Vec::new();
+    let mut written = 0u64;
+    let mut purged = 0;
+    loop {
+        let mut min: Option<(CollId, Box<[u8]>)> = None;
+        for c in &cursors {
+            if let Some((cc, ck, _)) = c.peek() {
+                if min.as_ref().is_none_or(|(mc, mk)| (cc, ck) < (mc, mk)) {
+                    min = Some((*cc, ck.clone()));
+                }
+            }
+        }
+        let Some((coll, key)) = min else { break };
+        let mut best: Option<IndexEntry> = None;
+        let mut losers = Vec::new();
+        for c in cursors.iter_mut() {
+            if let Some((cc, ck, e)) = c.peek() {
+                if *cc == coll && *ck == key {
+                    let e = *e;
+                    match best {
+                        Some(b) if e.supersedes(&b) => {
+                            losers.push(b);
+                            best = Some(e);
+                        }
+                        Some(_) => losers.push(e),
+                        None => best = Some(e),
+                    }
+                    c.advance()?;
+                }
+            }
+        }
+        let best = best.expect("min key came from a cursor");
+        dead.extend(losers.iter().map(dead_of));
+        if dropped.contains(&coll) || (bottom && best.is_tombstone()) {
+            if best.is_tombstone() {
+                purged = purged.max(best.seqno);
+            }
+            dead.push(dead_of(&best));
+        } else {
+            w.add(coll, &key, &best)?;
+            written += 1;
+        }
+    }
+    let run = Arc::new(w.finish(inner.index_cache.clone())?);
+    {
+        let mut ver = inner.version.write();
+        let ids: Vec<u64> = inputs.iter().map(|r| r.id).collect();
+        let mut runs: Vec<Arc<Run>> = Vec::new();
+        let mut placed = false;
+        for r in &ver.runs {
+            if ids.contains(&r.id) {
+                if !placed && written > 0 {
+                    runs.push(run.clone());
+                }
+                placed = true;
+            } else {
+                runs.push(r.clone());
+            }
+        }
+        *ver = Arc::new(Version { active: ver.active.clone(), imm: ver.imm.clone(), runs });
+    }
+    let segs = inner.segments.read().clone();
+    inner.garbage.lock().add(dead.into_iter().filter(|d| segs.contains_key(&d.seg)));
+    {
+        let mut meta = inner.meta.lock();
+        meta.purge_seqno = meta.purge_seqno.max(purged);
+        write_checkpoint(inner, &meta)?;
+    }
+    for r in &inputs {
+        r.mark_obsolete();
+    }
+    if written == 0 {
+        run.mark_obsolete();
+    }
+    inner.stats.merges.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}

@@ -1,0 +1,292 @@
+//! The tail of the log: the open block being filled, a page-aligned write buffer, and
+//! segment rolling. All of it sits behind the engine's writer mutex.
+//!
+//! Blocks are packed back to back. The buffer always starts at a page boundary; when
+//! it is written out, a trailing partial page stays in the buffer and is written again
+//! (with more data) next time, so every device write is 4 KiB aligned.
+
+use crate::aligned::{AlignedBuf, PAGE};
+use crate::block::{BlockBuilder, FLAG_CONTINUES};
+use crate::codec::{align_down, align_up};
+use crate::error::{Error, Result};
+use crate::io::{sync_dir, DataFile, IoCounters, IoMode};
+use crate::options::Compression;
+use crate::record::{RecordRef, Seqno};
+use crate::segment::{encode_footer, encode_header, segment_path, BlockInfo, SegId, DATA_START};
+use crate::segments::{DataCache, Segment};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+const WRITE_BUF: usize = 1 << 20;
+/// Extra room preallocated past `segment_size` for the footer and one oversized batch tail.
+const SEGMENT_SLACK: u64 = 2 << 20;
+
+pub struct LogWriter {
+    pub seg: Arc<Segment>,
+    buf: AlignedBuf,
+    buf_start: u64,
+    buf_len: usize,
+    open: BlockBuilder,
+    /// Records of the batch in progress that sit in the open block.
+    batch_in_open: usize,
+    in_batch: bool,
+    scratch: Vec<u8>,
+    pub next_seqno: Seqno,
+    pub next_seg_id: SegId,
+    dir: PathBuf,
+    mode: IoMode,
+    counters: Arc<IoCounters>,
+    cache: Arc<DataCache>,
+    compression: Compression,
+    block_size: usize,
+    segment_size: u64,
+    /// Set after a write error that leaves the tail in an unknown state.
+    pub poisoned: Option<String>,
+}
+
+/// Creates segment `id`: preallocates its space (so that running out of disk shows
+/// up here, before any record is accepted), writes the header page and syncs.
+pub fn create_segment(
+    dir: &std::path::Path,
+    id: SegId,
+    mode: IoMode,
+    counters: Arc<IoCounters>,
+    cache: Arc<DataCache>,
+    size: u64,
+) -> Result<Arc<Segment>> {
+    let path = segment_path(dir, id);
+    let file = DataFile::open(&path, mode, true, counters)?;
+    let res = file.preallocate(size + SEGMENT_SLACK).and_then(|_| {
+        file.write_aligned(&encode_header(id), 0)?;
+        file.sync_data()
+    });
+    if let Err(e) = res {
+        drop(file);
+        let _ = std::fs::remove_file(&path);
+        return Err(e);
+    }
+    sync_dir(dir)?;
+    Ok(Arc::new(Segment::new(id, file, Vec::new(), false, DATA_START, cache)))
+}
+
+impl LogWriter {
+    #[allow(clippy::too_many_arguments)]
+    /// A writer appending to `seg` at `end` (the end of its last committed block).
+    pub fn resume(
+        seg: Arc<Segment>,
+        end: u64,
+        next_seqno: Seqno,
+        next_seg_id: SegId,
+        dir: PathBuf,
+        mode: IoMode,
+        counters: Arc<IoCounters>,
+        cache: Arc<DataCache>,
+        opts: &crate::Options,
+    ) -> Result<Self> {
+        let buf_start = align_down(end, PAGE as u64);
+        let mut buf = AlignedBuf::zeroed(WRITE_BUF);
+        let buf_len = (end - buf_start) as usize;
+        if buf_len > 0 {
+            let n = seg.file.read_full(&mut buf[..PAGE], buf_start)?;
+            if n < buf_len {
+                return Err(Error::corruption(seg.file.path(), buf_start, "tail page shorter than the committed data"));
+            }
+            buf[buf_len..PAGE].fill(0);
+        }
+        Ok(LogWriter {
+            seg,
+            buf,
+            buf_start,
+            buf_len,
+            open: BlockBuilder::default(),
+            batch_in_open: 0,
+            in_batch: false,
+            scratch: Vec::new(),
+            next_seqno,
+            next_seg_id,
+            dir,
+            mode,
+            counters,
+            cache,
+            compression: opts.compression,
+            block_size: opts.block_size,
+            segment_size: opts.segment_size,
+            poisoned: None,
+        })
+    }
+
+    /// End of the committed log in the tail segment (where the open block will go).
+    pub fn end(&self) -> u64 {
+        self.buf_start + self.buf_len as u64
+    }
+
+    pub fn check_poisoned(&self) -> Result<()> {
+        match &self.poisoned {
+            Some(m) => Err(Error::Poisoned(m.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes sure the tail segment can take a batch of about `bytes`; rolls to a new
+    /// segment if needed. Errors here (e.g. ENOSPC) leave the log unchanged.
+    pub fn prepare(&mut self, bytes: u64) -> Result<Option<Arc<Segment>>> {
+        self.check_poisoned()?;
+        let full = self.end() + self.open.raw_len() as u64 + bytes > self.segment_size && self.end() > DATA_START;
+        if !self.seg.sealed.load(Ordering::SeqCst) && !full {
+            return Ok(None);
+        }
+        if !self.seg.sealed.load(Ordering::SeqCst) {
+            self.seal_segment()?;
+        }
+        let size = self.segment_size.max(bytes + PAGE as u64);
+        let seg = create_segment(&self.dir, self.next_seg_id, self.mode, self.counters.clone(), self.cache.clone(), size)?;
+        self.next_seg_id += 1;
+        self.seg = seg.clone();
+        self.buf_start = DATA_START;
+        self.buf_len = 0;
+        Ok(Some(seg))
+    }
+
+    /// Starts a write batch.
+    pub fn begin_batch(&mut self) {
+        self.in_batch = true;
+        self.batch_in_open = 0;
+    }
+
+    /// Ends a write batch: its records may now share a block with the next batch.
+    pub fn end_batch(&mut self) {
+        self.in_batch = false;
+        self.batch_in_open = 0;
+    }
+
+    /// Appends a record to the open block; returns the offset the block will have.
+    pub fn add(&mut self, rec: &RecordRef<'_>) -> Result<u64> {
+        if !self.open.is_empty() && (self.open.raw_len() + rec.encoded_len() > self.block_size || !self.open.has_room()) {
+            let flags = if self.in_batch && self.batch_in_open > 0 { FLAG_CONTINUES } else { 0 };
+            self.seal_block(flags)?;
+        }
+        self.open.add(rec);
+        if self.in_batch {
+            self.batch_in_open += 1;
+        }
+        Ok(self.end())
+    }
+
+    /// Finds `(coll, key, seqno)` in the open block (for reads of unsealed records).
+    pub fn read_open(&self, off: u64, coll: u32, key: &[u8], seqno: Seqno) -> Option<Vec<u8>> {
+        if off != self.end() || self.open.is_empty() {
+            return None;
+        }
+        crate::record::RecordIter::new(self.open.raw())
+            .filter_map(|r| r.ok())
+            .find(|(_, r)| r.coll == coll && r.key == key && r.seqno == seqno)
+            .map(|(_, r)| r.value.to_vec())
+    }
+
+    /// Seals the open block (if any) into the write buffer.
+    pub fn seal_block(&mut self, flags: u8) -> Result<()> {
+        if self.open.is_empty() {
+            return Ok(());
+        }
+        let off = self.end();
+        let raw = Arc::new(self.open.raw().to_vec());
+        let nrecs = self.open.nrecs();
+        self.scratch.clear();
+        self.open.seal_into(&mut self.scratch, self.compression, flags);
+        let h = crate::block::BlockHeader::parse(&self.scratch).expect("freshly sealed block parses");
+        debug_assert_eq!(h.nrecs, nrecs);
+        let info = BlockInfo {
+            off,
+            len: self.scratch.len() as u32,
+            raw_len: raw.len() as u32,
+            min_seqno: h.min_seqno,
+            max_seqno: h.max_seqno,
+            flags,
+        };
+        self.cache.insert((self.seg.id, off), raw.clone(), raw.len());
+        let data = std::mem::take(&mut self.scratch);
+        let res = self.append(&data);
+        self.scratch = data;
+        res?;
+        self.seg.raw_bytes.fetch_add(info.raw_len as u64, Ordering::Relaxed);
+        self.seg.blocks.write().push(info);
+        if flags & FLAG_CONTINUES == 0 {
+            self.batch_in_open = 0;
+        }
+        Ok(())
+    }
+
+    fn append(&mut self, mut data: &[u8]) -> Result<()> {
+        while !data.is_empty() {
+            let n = data.len().min(self.buf.len() - self.buf_len);
+            self.buf[self.buf_len..self.buf_len + n].copy_from_slice(&data[..n]);
+            self.buf_len += n;
+            data = &data[n..];
+            if self.buf_len == self.buf.len() {
+                self.write_buf()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the buffer out (padding the last page with zeros), keeping a trailing
+    /// partial page in memory to be rewritten with more data later.
+    pub fn write_buf(&mut self) -> Result<()> {
+        if self.buf_len == 0 {
+            return Ok(());
+        }
+        let aligned = align_up(self.buf_len as u64, PAGE as u64) as usize;
+        self.buf[self.buf_len..aligned].fill(0);
+        if let Err(e) = self.seg.file.write_aligned(&self.buf[..aligned], self.buf_start) {
+            if !matches!(e, Error::NoSpace { .. }) {
+                self.poisoned = Some(e.to_string());
+            }
+            return Err(e);
+        }
+        self.seg.written_end.store(self.buf_start + self.buf_len as u64, Ordering::SeqCst);
+        let full = align_down(self.buf_len as u64, PAGE as u64) as usize;
+        if full > 0 {
+            self.buf.copy_within(full..self.buf_len, 0);
+            self.buf_start += full as u64;
+            self.buf_len -= full;
+        }
+        Ok(())
+    }
+
+    /// Seals the open block and writes everything out; returns the segment to fsync
+    /// and the end position covered.
+    pub fn flush_tail(&mut self) -> Result<(Arc<Segment>, u64)> {
+        self.check_poisoned()?;
+        self.seal_block(0)?;
+        self.write_buf()?;
+        Ok((self.seg.clone(), self.end()))
+    }
+
+    /// Seals the tail segment: writes its footer and fsyncs.
+    fn seal_segment(&mut self) -> Result<()> {
+        self.flush_tail()?;
+        let data_end = self.end();
+        let footer = {
+            let blocks = self.seg.blocks.read();
+            encode_footer(&blocks, data_end)
+        };
+        let at = align_up(data_end, PAGE as u64);
+        let res = self.seg.file.write_aligned(&footer, at).and_then(|_| {
+            self.seg.file.set_len(at + footer.len() as u64)?;
+            self.seg.file.sync_data()
+        });
+        if let Err(e) = res {
+            self.poisoned = Some(e.to_string());
+            return Err(e);
+        }
+        self.seg.sealed.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Seals and closes the tail for shutdown (no footer: it stays the tail).
+    pub fn close(&mut self) -> Result<()> {
+        let (seg, _) = self.flush_tail()?;
+        seg.file.sync_data()
+    }
+}

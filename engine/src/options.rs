@@ -1,0 +1,131 @@
+//! Tuning knobs of an engine instance.
+
+use serde::{Deserialize, Serialize};
+
+/// Per-block compression of log segments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// Store blocks as they are.
+    None,
+    /// LZ4 (default): fast, modest ratio.
+    Lz4,
+    /// Zstandard at the given level (1..=22).
+    Zstd(i32),
+}
+
+impl Compression {
+    /// Parses `none`, `lz4`, `zstd` or `zstd:LEVEL`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "none" | "no" => Some(Self::None),
+            "lz4" => Some(Self::Lz4),
+            "zstd" => Some(Self::Zstd(3)),
+            other => other
+                .strip_prefix("zstd:")
+                .and_then(|l| l.parse().ok())
+                .map(Self::Zstd),
+        }
+    }
+}
+
+/// When an acknowledged write is durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Durability {
+    /// Every write returns after `fdatasync` (shared by concurrent writers: group commit).
+    SyncEveryWrite,
+    /// A background thread syncs every N milliseconds.
+    SyncEveryMs(u64),
+    /// Durable only after [`crate::Db::sync`] / [`crate::Db::flush`] or close.
+    NoSync,
+}
+
+/// Options for [`crate::Db::open`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Options {
+    /// Size at which the tail log segment is sealed and a new one started.
+    pub segment_size: u64,
+    /// Target uncompressed size of a log block.
+    pub block_size: usize,
+    /// Block compression.
+    pub compression: Compression,
+    /// Durability of acknowledged writes.
+    pub durability: Durability,
+    /// GC's target fill (Magma's `PctUsed`): segments are collected so that live data
+    /// fills about this percentage of the log. Space-amp ≈ 100/target, GC write-amp ≈
+    /// 100/(100-target). Range 10..=95.
+    pub target_fill_pct: u8,
+    /// Upper bound on memory the engine keeps: write cache (memtable), block and index caches.
+    pub memory_budget: u64,
+    /// Use O_DIRECT for segment and index files (falls back to buffered IO where refused).
+    pub direct_io: bool,
+    /// Run garbage collection in a background thread.
+    pub background_gc: bool,
+    /// Create the data directory when missing.
+    pub create_if_missing: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            segment_size: 64 << 20,
+            block_size: 16 << 10,
+            compression: Compression::Lz4,
+            durability: Durability::SyncEveryWrite,
+            target_fill_pct: 60,
+            memory_budget: 256 << 20,
+            direct_io: true,
+            background_gc: true,
+            create_if_missing: true,
+        }
+    }
+}
+
+impl Options {
+    /// Checks ranges; returns a clear error for nonsense values.
+    pub fn validate(&self) -> crate::Result<()> {
+        let bad = |m: String| Err(crate::Error::InvalidArgument(m));
+        if self.segment_size < (1 << 20) || self.segment_size > (1 << 32) - (1 << 20) {
+            return bad(format!(
+                "segment_size {} must be between 1 MiB and 4095 MiB",
+                self.segment_size
+            ));
+        }
+        if self.block_size < 512 || self.block_size > (1 << 20) {
+            return bad(format!(
+                "block_size {} must be between 512 B and 1 MiB",
+                self.block_size
+            ));
+        }
+        if !(10..=95).contains(&self.target_fill_pct) {
+            return bad(format!(
+                "target_fill_pct {} must be between 10 and 95",
+                self.target_fill_pct
+            ));
+        }
+        if self.memory_budget < (8 << 20) {
+            return bad(format!(
+                "memory_budget {} must be at least 8 MiB",
+                self.memory_budget
+            ));
+        }
+        if let Compression::Zstd(l) = self.compression {
+            if !(1..=22).contains(&l) {
+                return bad(format!("zstd level {l} must be between 1 and 22"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of the memory budget given to the write cache (memtables).
+    pub(crate) fn write_cache_bytes(&self) -> u64 {
+        (self.memory_budget / 4).clamp(4 << 20, 256 << 20)
+    }
+
+    /// Bytes of the memory budget given to the block and index caches.
+    pub(crate) fn cache_bytes(&self) -> u64 {
+        self.memory_budget
+            .saturating_sub(2 * self.write_cache_bytes())
+            .max(2 << 20)
+    }
+}

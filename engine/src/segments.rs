@@ -1,0 +1,74 @@
+//! Live segment handles shared by writers, readers, snapshots and GC.
+
+use crate::cache::ClockCache;
+use crate::io::DataFile;
+use crate::segment::{BlockInfo, SegId};
+use parking_lot::RwLock;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Cache of decompressed log block payloads, keyed by (segment, block offset).
+pub type DataCache = ClockCache<(SegId, u64), Vec<u8>>;
+
+/// One log segment in use. The file is deleted when GC retired the segment and the
+/// last reference (index read, iterator or snapshot) is gone.
+pub struct Segment {
+    pub id: SegId,
+    pub file: DataFile,
+    /// Sealed blocks in offset order.
+    pub blocks: RwLock<Vec<BlockInfo>>,
+    /// Footer written: no more blocks.
+    pub sealed: AtomicBool,
+    /// Bytes written to the file so far (readable with pread).
+    pub written_end: AtomicU64,
+    /// Sum of uncompressed block payloads (the records' encoded sizes).
+    pub raw_bytes: AtomicU64,
+    retired: AtomicBool,
+    cache: Arc<DataCache>,
+}
+
+impl Segment {
+    pub fn new(id: SegId, file: DataFile, blocks: Vec<BlockInfo>, sealed: bool, written_end: u64, cache: Arc<DataCache>) -> Self {
+        let raw = blocks.iter().map(|b| b.raw_len as u64).sum();
+        Segment {
+            id,
+            file,
+            blocks: RwLock::new(blocks),
+            sealed: AtomicBool::new(sealed),
+            written_end: AtomicU64::new(written_end),
+            raw_bytes: AtomicU64::new(raw),
+            retired: AtomicBool::new(false),
+            cache,
+        }
+    }
+
+    /// The sealed block starting at `off`, if any.
+    pub fn block_at(&self, off: u64) -> Option<BlockInfo> {
+        let b = self.blocks.read();
+        b.binary_search_by_key(&off, |x| x.off).ok().map(|i| b[i])
+    }
+
+    /// Marks the segment for deletion once unreferenced.
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::SeqCst);
+    }
+
+    /// Bytes on disk (allocated file length).
+    pub fn disk_bytes(&self) -> u64 {
+        self.file.len().unwrap_or(0)
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        if self.retired.load(Ordering::SeqCst) {
+            let _ = std::fs::remove_file(self.file.path());
+            let id = self.id;
+            self.cache.retain(|(s, _)| *s != id);
+        }
+    }
+}
+
+/// Copy-on-write map of live segments; snapshots keep the map they saw.
+pub type SegmentMap = Arc<BTreeMap<SegId, Arc<Segment>>>;

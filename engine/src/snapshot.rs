@@ -1,0 +1,339 @@
+//! Consistent snapshots and ordered scans.
+//!
+//! A snapshot pins a seqno, the index version (memtables and runs) and the segment
+//! map of its moment, so reads through it see exactly the writes acknowledged before
+//! it, even while flushes, merges and GC change the engine underneath.
+
+use crate::db::{Inner, Version};
+use crate::entry::IndexEntry;
+use crate::error::{Error, Result};
+use crate::index_run::RunCursor;
+use crate::memtable::{MemKey, Memtable};
+use crate::record::{CollId, Seqno};
+use crate::segments::SegmentMap;
+use std::cmp::Reverse;
+use std::collections::VecDeque;
+use std::ops::Bound;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Scan direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    Forward,
+    Backward,
+}
+
+/// A read-only, point-in-time view.
+#[derive(Clone)]
+pub struct Snapshot {
+    inner: Arc<Inner>,
+    seqno: Seqno,
+    version: Arc<Version>,
+    segs: SegmentMap,
+}
+
+impl Snapshot {
+    pub(crate) fn new(inner: Arc<Inner>) -> Snapshot {
+        // Under the version lock no memtable can be rotated or flushed, so every write
+        // up to `seqno` is in this version's memtables or runs.
+        let (seqno, version) = {
+            let v = inner.version.read();
+            (inner.visible_seqno.load(Ordering::SeqCst), v.clone())
+        };
+        let segs = inner.segments.read().clone();
+        Snapshot { inner, seqno, version, segs }
+    }
+
+    /// Writes with seqno ≤ this are visible.
+    pub fn seqno(&self) -> Seqno {
+        self.seqno
+    }
+
+    fn coll(&self, name: &str) -> Result<CollId> {
+        self.inner.catalog.read().id(name)
+    }
+
+    /// Point read as of the snapshot.
+    pub fn get(&self, collection: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let id = self.coll(collection)?;
+        self.inner.get_at(id, key, self.seqno, Some((&self.version, &self.segs)))
+    }
+
+    /// Ordered scan within bounds, as of the snapshot.
+    pub fn scan(&self, collection: &str, lo: Bound<&[u8]>, hi: Bound<&[u8]>, dir: Direction) -> Result<ScanIter> {
+        Ok(self.scan_id(self.coll(collection)?, lo, hi, dir))
+    }
+
+    /// Ordered scan of keys with a prefix, as of the snapshot.
+    pub fn scan_prefix(&self, collection: &str, prefix: &[u8], dir: Direction) -> Result<ScanIter> {
+        Ok(self.scan_prefix_id(self.coll(collection)?, prefix, dir))
+    }
+
+    pub(crate) fn scan_prefix_id(&self, coll: CollId, prefix: &[u8], dir: Direction) -> ScanIter {
+        let hi = prefix_successor(prefix);
+        let hi_b = match &hi {
+            Some(h) => Bound::Excluded(h.as_slice()),
+            None => Bound::Unbounded,
+        };
+        self.scan_id(coll, Bound::Included(prefix), hi_b, dir)
+    }
+
+    pub(crate) fn scan_id(&self, coll: CollId, lo: Bound<&[u8]>, hi: Bound<&[u8]>, dir: Direction) -> ScanIter {
+        ScanIter::new(self.clone(), coll, own(lo), own(hi), dir == Direction::Backward)
+    }
+}
+
+/// Smallest key greater than every key starting with `p` (None: no such key).
+pub fn prefix_successor(p: &[u8]) -> Option<Vec<u8>> {
+    let mut v = p.to_vec();
+    while let Some(last) = v.pop() {
+        if last != 0xff {
+            v.push(last + 1);
+            return Some(v);
+        }
+    }
+    None
+}
+
+fn own(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.to_vec()),
+        Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+fn bref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.as_slice()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// Walks one memtable in chunks (the skip list cannot be borrowed across calls).
+struct MemSource {
+    mt: Arc<Memtable>,
+    lo: Bound<MemKey>,
+    hi: Bound<MemKey>,
+    reverse: bool,
+    buf: VecDeque<(MemKey, IndexEntry)>,
+    exhausted: bool,
+    snap: Seqno,
+}
+
+impl MemSource {
+    fn new(mt: Arc<Memtable>, coll: CollId, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>, reverse: bool, snap: Seqno) -> Self {
+        let mk = |k: &[u8], s: u64| MemKey { coll, key: k.into(), seqno: Reverse(s) };
+        let lo = match lo {
+            Bound::Included(k) => Bound::Included(mk(k, u64::MAX)),
+            Bound::Excluded(k) => Bound::Excluded(mk(k, 0)),
+            Bound::Unbounded => Bound::Included(mk(&[], u64::MAX)),
+        };
+        let hi = match hi {
+            Bound::Included(k) => Bound::Included(mk(k, 0)),
+            Bound::Excluded(k) => Bound::Excluded(mk(k, u64::MAX)),
+            Bound::Unbounded => Bound::Excluded(MemKey { coll: coll + 1, key: Box::new([]), seqno: Reverse(u64::MAX) }),
+        };
+        let mut s = MemSource { mt, lo, hi, reverse, buf: VecDeque::new(), exhausted: false, snap };
+        s.fill();
+        s
+    }
+
+    fn fill(&mut self) {
+        while self.buf.is_empty() && !self.exhausted {
+            let chunk = self.mt.chunk(bound_ref(&self.lo), bound_ref(&self.hi), self.reverse, 256);
+            if chunk.len() < 256 {
+                self.exhausted = true;
+            }
+            if let Some((last, _)) = chunk.last() {
+                if self.reverse {
+                    self.hi = Bound::Excluded(last.clone());
+                } else {
+                    self.lo = Bound::Excluded(last.clone());
+                }
+            }
+            self.buf.extend(chunk.into_iter().filter(|(_, e)| e.seqno <= self.snap));
+        }
+    }
+
+    fn peek(&self) -> Option<(&[u8], IndexEntry)> {
+        self.buf.front().map(|(k, e)| (&*k.key, *e))
+    }
+
+    fn advance(&mut self) {
+        self.buf.pop_front();
+        self.fill();
+    }
+}
+
+fn bound_ref(b: &Bound<MemKey>) -> Bound<&MemKey> {
+    match b {
+        Bound::Included(k) => Bound::Included(k),
+        Bound::Excluded(k) => Bound::Excluded(k),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+enum Source {
+    Mem(MemSource),
+    Run(RunCursor, CollId),
+}
+
+impl Source {
+    fn peek(&self) -> Option<(&[u8], IndexEntry)> {
+        match self {
+            Source::Mem(m) => m.peek(),
+            Source::Run(c, coll) => c.peek().filter(|(cc, _, _)| cc == coll).map(|(_, k, e)| (&**k, *e)),
+        }
+    }
+
+    fn advance(&mut self) -> Result<()> {
+        match self {
+            Source::Mem(m) => {
+                m.advance();
+                Ok(())
+            }
+            Source::Run(c, _) => c.advance(),
+        }
+    }
+}
+
+/// Iterator over `(key, value)` pairs of a scan. Yields an error once and stops if a
+/// block cannot be read.
+pub struct ScanIter {
+    snap: Snapshot,
+    coll: CollId,
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    reverse: bool,
+    sources: Vec<Source>,
+    started: bool,
+    failed: bool,
+}
+
+impl ScanIter {
+    fn new(snap: Snapshot, coll: CollId, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, reverse: bool) -> ScanIter {
+        ScanIter { snap, coll, lo, hi, reverse, sources: Vec::new(), started: false, failed: false }
+    }
+
+    fn start(&mut self) -> Result<()> {
+        let v = self.snap.version.clone();
+        for mt in v.memtables() {
+            self.sources.push(Source::Mem(MemSource::new(mt.clone(), self.coll, &self.lo, &self.hi, self.reverse, self.snap.seqno)));
+        }
+        let seek_key: Option<&[u8]> = if self.reverse {
+            match &self.hi {
+                Bound::Included(k) | Bound::Excluded(k) => Some(k),
+                Bound::Unbounded => None,
+            }
+        } else {
+            match &self.lo {
+                Bound::Included(k) | Bound::Excluded(k) => Some(k),
+                Bound::Unbounded => Some(&[]),
+            }
+        };
+        for r in &v.runs {
+            self.sources.push(Source::Run(RunCursor::seek(r.clone(), self.coll, seek_key, self.reverse)?, self.coll));
+        }
+        Ok(())
+    }
+
+    fn in_range(&self, k: &[u8]) -> (bool, bool) {
+        let above_lo = match bref(&self.lo) {
+            Bound::Included(l) => k >= l,
+            Bound::Excluded(l) => k > l,
+            Bound::Unbounded => true,
+        };
+        let below_hi = match bref(&self.hi) {
+            Bound::Included(h) => k <= h,
+            Bound::Excluded(h) => k < h,
+            Bound::Unbounded => true,
+        };
+        // (inside, past the end in scan direction)
+        (above_lo && below_hi, if self.reverse { !above_lo } else { !below_hi })
+    }
+
+    fn next_entry(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        if !self.started {
+            self.started = true;
+            self.start()?;
+        }
+        loop {
+            let mut best_key: Option<Vec<u8>> = None;
+            for s in &self.sources {
+                if let Some((k, _)) = s.peek() {
+                    let better = match &best_key {
+                        None => true,
+                        Some(b) => if self.reverse { k > b.as_slice() } else { k < b.as_slice() },
+                    };
+                    if better {
+                        best_key = Some(k.to_vec());
+                    }
+                }
+            }
+            let Some(key) = best_key else { return Ok(None) };
+            let mut best: Option<IndexEntry> = None;
+            for s in self.sources.iter_mut() {
+                while let Some((k, e)) = s.peek() {
+                    if k != key.as_slice() {
+                        break;
+                    }
+                    if best.is_none_or(|b| e.supersedes(&b)) {
+                        best = Some(e);
+                    }
+                    s.advance()?;
+                }
+            }
+            let (inside, past) = self.in_range(&key);
+            if past {
+                return Ok(None);
+            }
+            let e = best.expect("key came from a source");
+            if !inside || e.is_tombstone() {
+                continue;
+            }
+            match self.snap.inner.read_value(self.coll, &key, &e, Some(&self.snap.segs))? {
+                Some(v) => return Ok(Some((key, v))),
+                None => {
+                    return Err(Error::corruption(
+                        crate::segment::segment_path(&self.snap.inner.dir, e.loc.seg),
+                        e.loc.off,
+                        "scan found an index entry pointing to a segment that no longer exists",
+                    ))
+                }
+            }
+        }
+    }
+}
+
+impl Iterator for ScanIter {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        match self.next_entry() {
+            Ok(Some(kv)) => Some(Ok(kv)),
+            Ok(None) => None,
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_successor;
+
+    #[test]
+    fn prefix_successor_handles_ff_bytes() {
+        assert_eq!(prefix_successor(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_successor(b"a\xff"), Some(b"b".to_vec()));
+        assert_eq!(prefix_successor(b"\xff\xff"), None);
+        assert_eq!(prefix_successor(b""), None);
+    }
+}

@@ -1,0 +1,201 @@
+//! Engine statistics, as a struct and as JSON. Space figures are computed from the
+//! files and the garbage map at the moment of the call, never from stale counters.
+
+use crate::db::Inner;
+use crate::io::IoMode;
+use crate::record::Seqno;
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Monotonic counters updated on the hot paths.
+#[derive(Default, Debug)]
+pub struct StatCounters {
+    pub user_bytes_written: AtomicU64,
+    pub writes: AtomicU64,
+    pub gets: AtomicU64,
+    pub device_reads: AtomicU64,
+    pub syncs: AtomicU64,
+    pub flushes: AtomicU64,
+    pub merges: AtomicU64,
+    pub gc_runs: AtomicU64,
+    pub gc_bytes_moved: AtomicU64,
+    pub gc_bytes_reclaimed: AtomicU64,
+    pub stall_micros: AtomicU64,
+}
+
+/// One segment's space accounting.
+#[derive(Clone, Debug, Serialize)]
+pub struct SegmentStats {
+    pub id: u32,
+    pub disk_bytes: u64,
+    pub record_bytes: u64,
+    pub garbage_bytes: u64,
+    pub garbage_ratio: f64,
+    pub sealed: bool,
+}
+
+/// A point-in-time view of the engine's counters and space use.
+#[derive(Clone, Debug, Serialize)]
+pub struct Stats {
+    /// `direct` or `buffered`.
+    pub io_mode: IoMode,
+    pub io_backend: &'static str,
+    pub compression: String,
+    pub target_fill_pct: u8,
+    pub last_seqno: Seqno,
+    /// Deletes at or below this seqno may be missing from the change feed.
+    pub purge_seqno: Seqno,
+    pub collections: usize,
+    /// Key + value bytes accepted from users.
+    pub user_bytes_written: u64,
+    pub writes: u64,
+    pub gets: u64,
+    /// Bytes the engine wrote to its files (log, index runs, checkpoints, delete list),
+    /// including alignment padding and rewritten tail pages.
+    pub device_bytes_written: u64,
+    pub device_bytes_read: u64,
+    pub device_reads: u64,
+    pub device_writes: u64,
+    pub syncs: u64,
+    /// device_bytes_written / user_bytes_written.
+    pub write_amp: f64,
+    /// Encoded bytes of records not known to be garbage.
+    pub live_bytes: u64,
+    /// Encoded bytes of all records in live segments.
+    pub log_record_bytes: u64,
+    /// Bytes of all files in the data directory.
+    pub disk_bytes: u64,
+    pub log_disk_bytes: u64,
+    pub index_disk_bytes: u64,
+    /// disk_bytes / live_bytes.
+    pub space_amp: f64,
+    pub segments: Vec<SegmentStats>,
+    pub index_runs: usize,
+    pub index_entries: u64,
+    pub memtable_entries: usize,
+    pub memtable_bytes: u64,
+    pub flushes: u64,
+    pub merges: u64,
+    pub gc_runs: u64,
+    pub gc_bytes_moved: u64,
+    pub gc_bytes_reclaimed: u64,
+    pub block_cache_hits: u64,
+    pub block_cache_misses: u64,
+    pub index_cache_hits: u64,
+    pub index_cache_misses: u64,
+    /// Memory accounted against the budget: caches, memtables, bloom filters and
+    /// block indexes of runs, garbage map.
+    pub memory_bytes: u64,
+    pub memory_budget: u64,
+    /// Device reads per get (reads of log blocks, not cache hits).
+    pub device_reads_per_get: f64,
+    pub write_stall_micros: u64,
+}
+
+impl Stats {
+    /// Pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("stats serialize")
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+pub(crate) fn collect(inner: &Inner) -> Stats {
+    let segs = inner.segments.read().clone();
+    let v = inner.version.read().clone();
+    let (segments, live, total) = {
+        let g = inner.garbage.lock();
+        let mut out = Vec::new();
+        let (mut live, mut total) = (0u64, 0u64);
+        for s in segs.values() {
+            let rec = s.raw_bytes.load(Ordering::Relaxed);
+            let dead = g.dead_bytes(s.id).min(rec);
+            total += rec;
+            live += rec - dead;
+            out.push(SegmentStats {
+                id: s.id,
+                disk_bytes: s.disk_bytes(),
+                record_bytes: rec,
+                garbage_bytes: dead,
+                garbage_ratio: ratio(dead, rec),
+                sealed: s.sealed.load(Ordering::Relaxed),
+            });
+        }
+        (out, live, total)
+    };
+    let mut disk_bytes = 0u64;
+    let mut log_disk = 0u64;
+    let mut idx_disk = 0u64;
+    if let Ok(rd) = std::fs::read_dir(&inner.dir) {
+        for e in rd.flatten() {
+            let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+            disk_bytes += len;
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.ends_with(".log") {
+                log_disk += len;
+            } else if name.ends_with(".run") {
+                idx_disk += len;
+            }
+        }
+    }
+    let c = &inner.counters;
+    let s = &inner.stats;
+    let user = s.user_bytes_written.load(Ordering::Relaxed);
+    let dev_w = c.bytes_written.load(Ordering::Relaxed);
+    let gets = s.gets.load(Ordering::Relaxed);
+    let dreads = s.device_reads.load(Ordering::Relaxed);
+    let mem_tables: u64 = v.memtables().map(|m| m.approx_bytes()).sum();
+    let run_mem: u64 = v.runs.iter().map(|r| r.memory_bytes() as u64).sum();
+    let memory = mem_tables + run_mem + inner.data_cache.used() as u64 + inner.index_cache.used() as u64 + inner.garbage.lock().memory_bytes() as u64;
+    let meta = inner.meta.lock();
+    Stats {
+        io_mode: inner.io_mode,
+        io_backend: "psync",
+        compression: format!("{:?}", inner.opts.compression).to_lowercase(),
+        target_fill_pct: inner.opts.target_fill_pct,
+        last_seqno: inner.visible_seqno.load(Ordering::SeqCst),
+        purge_seqno: meta.purge_seqno,
+        collections: inner.catalog.read().by_name.len(),
+        user_bytes_written: user,
+        writes: s.writes.load(Ordering::Relaxed),
+        gets,
+        device_bytes_written: dev_w,
+        device_bytes_read: c.bytes_read.load(Ordering::Relaxed),
+        device_reads: c.reads.load(Ordering::Relaxed),
+        device_writes: c.writes.load(Ordering::Relaxed),
+        syncs: s.syncs.load(Ordering::Relaxed),
+        write_amp: ratio(dev_w, user),
+        live_bytes: live,
+        log_record_bytes: total,
+        disk_bytes,
+        log_disk_bytes: log_disk,
+        index_disk_bytes: idx_disk,
+        space_amp: ratio(disk_bytes, live),
+        segments,
+        index_runs: v.runs.len(),
+        index_entries: v.runs.iter().map(|r| r.entries).sum(),
+        memtable_entries: v.memtables().map(|m| m.len()).sum(),
+        memtable_bytes: mem_tables,
+        flushes: s.flushes.load(Ordering::Relaxed),
+        merges: s.merges.load(Ordering::Relaxed),
+        gc_runs: s.gc_runs.load(Ordering::Relaxed),
+        gc_bytes_moved: s.gc_bytes_moved.load(Ordering::Relaxed),
+        gc_bytes_reclaimed: s.gc_bytes_reclaimed.load(Ordering::Relaxed),
+        block_cache_hits: inner.data_cache.hits.load(Ordering::Relaxed),
+        block_cache_misses: inner.data_cache.misses.load(Ordering::Relaxed),
+        index_cache_hits: inner.index_cache.hits.load(Ordering::Relaxed),
+        index_cache_misses: inner.index_cache.misses.load(Ordering::Relaxed),
+        memory_bytes: memory,
+        memory_budget: inner.opts.memory_budget,
+        device_reads_per_get: ratio(dreads, gets),
+        write_stall_micros: s.stall_micros.load(Ordering::Relaxed),
+    }
+}

@@ -118,7 +118,7 @@ struct Merge {
     order: Vec<String>,
     primary: BTreeMap<String, HealthRecord>,
     extra: BTreeMap<String, Vec<HealthRecord>>,
-    errors: BTreeMap<String, String>,
+    errors: BTreeMap<String, (String, String)>,
 }
 
 impl Merge {
@@ -140,23 +140,25 @@ impl Merge {
     fn error(&mut self, device: &str, msg: String) {
         let key = device_key(device).to_string();
         self.touch(&key);
-        self.errors.entry(key).or_insert(msg);
+        self.errors.entry(key).or_insert((device.to_string(), msg));
     }
     fn finish(mut self) -> Vec<DeviceReading> {
         let mut out = Vec::new();
         for key in self.order {
             let extras = self.extra.remove(&key).unwrap_or_default();
+            let error = self.errors.remove(&key);
             let mut record = match self.primary.remove(&key) {
                 Some(r) => r,
-                None => match extras.first() {
-                    Some(first) => HealthRecord::new(first.device.clone()),
-                    None => HealthRecord::new(format!("/dev/{key}")),
+                None => match (extras.first(), &error) {
+                    (Some(first), _) => HealthRecord::new(first.device.clone()),
+                    (None, Some((device, _))) => HealthRecord::new(device.clone()),
+                    (None, None) => HealthRecord::new(format!("/dev/{key}")),
                 },
             };
             for e in &extras {
                 record.fill_missing_from(e);
             }
-            let error = self.errors.remove(&key);
+            let error = error.map(|(_, msg)| msg);
             if error.is_some() && !extras.is_empty() && !record.has_no_health_data() {
                 // Another source filled in; keep the error visible in logs only.
                 tracing::warn!(device = %record.device, error = ?error, "partial collection");

@@ -89,9 +89,15 @@ pub fn parse_smartctl(text: &str, source: &str) -> Result<HealthRecord, Monitori
         ));
     };
     let exit = field_i64(meta, "exit_status").unwrap_or(0);
+    // The device is named in `device.name`; failed runs only have it as the last argv word.
     let device = doc
         .pointer("/device/name")
         .and_then(Value::as_str)
+        .or_else(|| {
+            let argv = meta.get("argv")?.as_array()?;
+            let last = argv.last()?.as_str()?;
+            (argv.len() > 1 && !last.starts_with('-')).then_some(last)
+        })
         .unwrap_or(source)
         .to_string();
     if exit & FATAL_EXIT_BITS != 0 {

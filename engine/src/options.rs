@@ -85,9 +85,9 @@ impl Options {
     /// Checks ranges; returns a clear error for nonsense values.
     pub fn validate(&self) -> crate::Result<()> {
         let bad = |m: String| Err(crate::Error::InvalidArgument(m));
-        if self.segment_size < (1 << 20) || self.segment_size > (1 << 32) - (1 << 20) {
+        if self.segment_size < (64 << 10) || self.segment_size > (1 << 32) - (1 << 20) {
             return bad(format!(
-                "segment_size {} must be between 1 MiB and 4095 MiB",
+                "segment_size {} must be between 64 KiB and 4095 MiB",
                 self.segment_size
             ));
         }

@@ -190,15 +190,14 @@ fn gc_reclaims_space_and_keeps_every_live_value() {
     for i in 0..1000u32 {
         assert_eq!(c.get(&i.to_be_bytes()).unwrap().unwrap(), val(i, 7));
     }
-    drop(db);
+    drop((c, db));
     let db = Db::open(dir.path(), small_opts()).unwrap();
     let c = db.collection("c").unwrap();
     for i in 0..1000u32 {
         assert_eq!(c.get(&i.to_be_bytes()).unwrap().unwrap(), val(i, 7));
     }
-    let rep = basalt_engine::check(dir.path());
-    drop(db);
-    let rep = rep.unwrap();
+    drop((c, db));
+    let rep = basalt_engine::check(dir.path()).unwrap();
     assert!(rep.is_ok(), "{:?}", rep.problems);
 }
 

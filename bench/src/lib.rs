@@ -4,11 +4,11 @@
 //!
 //! Entry points for the `basalt` binary: [`run_bench`] and [`run_compare`].
 
-// pub mod compare;
-// pub mod db_bench;
+pub mod compare;
+pub mod db_bench;
 pub mod engine;
 pub mod error;
-// pub mod fio;
+pub mod fio;
 pub mod flags;
 pub mod histogram;
 pub mod keys;
@@ -17,11 +17,11 @@ pub mod mem_engine;
 pub mod output;
 pub mod proc_stats;
 pub mod progress;
-// pub mod report;
+pub mod report;
 pub mod runner;
 pub mod steps;
 
-// pub use compare::{run_compare, CompareArgs, Suite};
+pub use compare::{run_compare, CompareArgs, Suite};
 pub use engine::{
     BatchOp, Compression, Direction, Durability, EngineError, EngineFactory, EngineOptions,
     EngineStats, IoBackend, KvEngine,

@@ -1,0 +1,64 @@
+//! `report.html`: one self-contained page (SVG charts inline).
+
+use super::charts::Chart;
+use super::{header_facts, one_line_summary, test_engine_note, Report, TSV_COLUMNS};
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+pub fn render(report: &Report, charts: &[Chart]) -> String {
+    let mut s = String::from(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Basalt bench compare</title><style>\
+body{font-family:sans-serif;margin:24px;color:#222;max-width:1400px}\
+table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}\
+th{background:#f0f0f0}td:first-child,td:nth-child(2){text-align:left}\
+.warn{background:#fff3cd;border:1px solid #e0b000;padding:8px 12px;font-weight:bold}\
+.facts td{text-align:left}.charts{display:flex;flex-wrap:wrap;gap:12px}.charts div{border:1px solid #ddd}\
+pre{font-size:12px;background:#f7f7f7;padding:8px;overflow-x:auto}</style></head><body>",
+    );
+    s.push_str(&format!("<h1>Basalt bench compare — suite <code>{}</code></h1>", esc(&report.suite)));
+    if let Some(n) = test_engine_note(report) {
+        s.push_str(&format!("<p class=\"warn\">{}</p>", esc(&n)));
+    }
+    s.push_str("<table class=\"facts\">");
+    for (k, v) in header_facts(report) {
+        s.push_str(&format!("<tr><th>{}</th><td>{}</td></tr>", esc(&k), esc(&v)));
+    }
+    s.push_str("</table><h2>Summary</h2><p>Latencies in µs; empty = does not apply.</p><table><tr>");
+    for c in TSV_COLUMNS {
+        s.push_str(&format!("<th>{}</th>", esc(c)));
+    }
+    s.push_str("</tr>");
+    for e in &report.engines {
+        for r in &e.rows {
+            s.push_str("<tr>");
+            for c in r.tsv_cells() {
+                s.push_str(&format!("<td>{}</td>", esc(&c)));
+            }
+            s.push_str("</tr>");
+        }
+    }
+    s.push_str("</table><h2>Charts</h2><div class=\"charts\">");
+    for c in charts {
+        s.push_str(&format!("<div title=\"{}\">{}</div>", esc(&c.title), c.svg));
+    }
+    s.push_str("</div><h2>One line per step</h2><pre>");
+    for e in &report.engines {
+        for r in &e.rows {
+            s.push_str(&esc(&one_line_summary(r)));
+            s.push('\n');
+        }
+    }
+    s.push_str("</pre><h2>Commands</h2>");
+    for e in &report.engines {
+        s.push_str(&format!("<h3>{}</h3><pre>", esc(&e.label)));
+        for c in &e.commands {
+            s.push_str(&esc(c));
+            s.push('\n');
+        }
+        s.push_str("</pre>");
+    }
+    s.push_str("</body></html>\n");
+    s
+}

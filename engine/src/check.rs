@@ -129,6 +129,11 @@ pub fn check(path: &Path) -> Result<CheckReport> {
     let v = db.inner.version.read().clone();
     for run in &v.runs {
         rep.index_runs += 1;
+        match run.padding_damage() {
+            Ok(Some(at)) => rep.problems.push(format!("corruption in {} at offset {at}: non-zero byte in padding", run.path().display())),
+            Ok(None) => {}
+            Err(e) => rep.problems.push(e.to_string()),
+        }
         for i in 0..run.block_count() {
             rep.index_blocks += 1;
             match run.block(i, false) {

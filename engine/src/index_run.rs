@@ -249,6 +249,8 @@ impl RunWriter {
 pub struct Run {
     pub id: u64,
     file: DataFile,
+    /// End of meta + bloom (start of the zero padding before the footer page).
+    meta_end: u64,
     blocks: Vec<(CollId, Box<[u8]>, u64, u32)>,
     bloom: Bloom,
     pub entries: u64,
@@ -321,7 +323,7 @@ impl Run {
         }
         let bloom = Bloom::decode(&meta[meta_len as usize..])
             .ok_or_else(|| Error::corruption(&path, meta_off + meta_len, "index run bloom filter malformed"))?;
-        Ok(Run { id, file, blocks, bloom, entries, file_size: len, cache, obsolete: AtomicBool::new(false) })
+        Ok(Run { id, file, meta_end: meta_off + meta_len + bloom_len, blocks, bloom, entries, file_size: len, cache, obsolete: AtomicBool::new(false) })
     }
 
     pub fn path(&self) -> &Path {
@@ -336,6 +338,24 @@ impl Run {
     /// Memory held by this run's block index and bloom filter.
     pub fn memory_bytes(&self) -> usize {
         self.bloom.bytes() + self.blocks.iter().map(|b| b.1.len() + 40).sum::<usize>()
+    }
+
+    /// Offset of the first non-zero byte in the padding between the meta area and the
+    /// end of the footer's fields (used by `check`).
+    pub fn padding_damage(&self) -> Result<Option<u64>> {
+        let start = crate::codec::align_down(self.meta_end, PAGE as u64);
+        let mut buf = AlignedBuf::zeroed((self.file_size - start) as usize);
+        self.file.read_full(&mut buf, start)?;
+        let footer_at = (self.file_size - PAGE as u64 - start) as usize;
+        let gap = &buf[(self.meta_end - start) as usize..footer_at];
+        if let Some(i) = gap.iter().position(|&b| b != 0) {
+            return Ok(Some(self.meta_end + i as u64));
+        }
+        let fields = 8 + 4 + 6 * 8 + 4 + 4;
+        if let Some(i) = buf[footer_at + fields..].iter().position(|&b| b != 0) {
+            return Ok(Some(start + (footer_at + fields + i) as u64));
+        }
+        Ok(None)
     }
 
     /// Marks the file for deletion once the last reference is dropped.

@@ -123,17 +123,17 @@ fn warn_exits_1_and_device_filter_selects_devices() {
     let args = HealthArgs {
         json: true,
         from_json: vec![
-            testdata("nvme-cli/nvme2.bundle.json"),
-            testdata("nvme-cli/nvme1.smart-log.json"),
+            testdata("nvme-cli/nvme7.bundle.json"),
+            testdata("nvme-cli/nvme5.smart-log.json"),
         ],
-        devices: vec!["nvme2".into()],
+        devices: vec!["nvme7".into()],
         ..Default::default()
     };
     let (code, out) = run(&args);
     assert_eq!(code, 1, "{out}");
     let doc: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(doc["devices"].as_array().unwrap().len(), 1);
-    assert_eq!(doc["devices"][0]["device"], "/dev/nvme2");
+    assert_eq!(doc["devices"][0]["device"], "/dev/nvme7");
 }
 
 #[test]

@@ -32,12 +32,12 @@ fn evaluated(files: &[&str]) -> Vec<HealthRecord> {
 #[test]
 fn smart_log_and_id_ctrl_of_the_same_device_merge_with_kelvin_thresholds() {
     let recs = evaluated(&[
-        "nvme-cli/nvme0.smart-log.json",
-        "nvme-cli/nvme0.id-ctrl.json",
+        "nvme-cli/nvme3.smart-log.json",
+        "nvme-cli/nvme3.id-ctrl.json",
     ]);
     assert_eq!(recs.len(), 1);
     let r = &recs[0];
-    assert_eq!(r.device, "/dev/nvme0");
+    assert_eq!(r.device, "/dev/nvme3");
     assert_eq!(r.model.as_deref(), Some("Samsung SSD 980 PRO 1TB"));
     assert_eq!(r.serial.as_deref(), Some("S5GXNX0T000001A"));
     assert_eq!(r.firmware.as_deref(), Some("5B2QGXA7"));
@@ -59,11 +59,11 @@ fn smart_log_and_id_ctrl_of_the_same_device_merge_with_kelvin_thresholds() {
 #[test]
 fn object_critical_warning_and_drive_wctemp_make_a_hot_drive_crit() {
     let recs = evaluated(&[
-        "nvme-cli/nvme1.smart-log.json",
-        "nvme-cli/nvme1.id-ctrl.json",
+        "nvme-cli/nvme5.smart-log.json",
+        "nvme-cli/nvme5.id-ctrl.json",
     ]);
     let r = &recs[0];
-    assert_eq!(r.device, "/dev/nvme1");
+    assert_eq!(r.device, "/dev/nvme5");
     assert_eq!(r.model.as_deref(), Some("WD_BLACK SN850X 2000GB"));
     assert_eq!(r.capacity_bytes, Some(2_000_398_934_016)); // tnvmcap as a string
     assert_eq!(r.critical_warning, Some(2));
@@ -84,9 +84,9 @@ fn object_critical_warning_and_drive_wctemp_make_a_hot_drive_crit() {
 
 #[test]
 fn bundle_with_all_numbers_as_strings_parses_and_warns_on_wear() {
-    let recs = evaluated(&["nvme-cli/nvme2.bundle.json"]);
+    let recs = evaluated(&["nvme-cli/nvme7.bundle.json"]);
     let r = &recs[0];
-    assert_eq!(r.device, "/dev/nvme2");
+    assert_eq!(r.device, "/dev/nvme7");
     assert_eq!(r.model.as_deref(), Some("INTEL SSDPE2KX010T8"));
     assert_eq!(r.temperature_c, Some(38));
     assert_eq!(r.percentage_used, Some(86));
@@ -101,9 +101,9 @@ fn bundle_with_all_numbers_as_strings_parses_and_warns_on_wear() {
 #[test]
 fn recording_kinds_are_detected_from_content() {
     for (file, kind) in [
-        ("nvme-cli/nvme0.smart-log.json", RecordingKind::NvmeSmartLog),
-        ("nvme-cli/nvme0.id-ctrl.json", RecordingKind::NvmeIdCtrl),
-        ("nvme-cli/nvme2.bundle.json", RecordingKind::NvmeBundle),
+        ("nvme-cli/nvme3.smart-log.json", RecordingKind::NvmeSmartLog),
+        ("nvme-cli/nvme3.id-ctrl.json", RecordingKind::NvmeIdCtrl),
+        ("nvme-cli/nvme7.bundle.json", RecordingKind::NvmeBundle),
         ("hwmon/hwmon.json", RecordingKind::Hwmon),
         ("smartctl/scan_open.json", RecordingKind::SmartctlScan),
         ("smartctl/scan_open_empty.json", RecordingKind::SmartctlScan),

@@ -127,8 +127,18 @@ impl Merge {
             self.order.push(key.to_string());
         }
     }
-    fn primary(&mut self, r: HealthRecord) {
-        let key = device_key(&r.device).to_string();
+    /// A smartctl recording. Two recordings of the same device name (e.g. `/dev/sda` from two
+    /// hosts) are different devices: the later ones are named `DEVICE#2`, `DEVICE#3`, ….
+    fn primary(&mut self, mut r: HealthRecord) {
+        let mut key = device_key(&r.device).to_string();
+        if self.primary.contains_key(&key) {
+            let base = r.device.clone();
+            let n = (2..)
+                .find(|n| !self.primary.contains_key(&format!("{key}#{n}")))
+                .unwrap_or(2);
+            r.device = format!("{base}#{n}");
+            key = format!("{key}#{n}");
+        }
         self.touch(&key);
         self.primary.insert(key, r);
     }

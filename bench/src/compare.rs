@@ -114,9 +114,27 @@ pub fn suite_steps(spec: &SuiteSpec) -> Vec<SuiteStep> {
         writes_user_data: w,
     };
     vec![
-        step("fillseq", "fillseq", "fillseq", vec!["--use_existing_db=0".into()], true),
-        step("readrandom", "readrandom", "readrandom", vec![rd.clone()], false),
-        step("fwdrange", "fwdrange", "seekrandom", vec![rd.clone(), seek.clone()], false),
+        step(
+            "fillseq",
+            "fillseq",
+            "fillseq",
+            vec!["--use_existing_db=0".into()],
+            true,
+        ),
+        step(
+            "readrandom",
+            "readrandom",
+            "readrandom",
+            vec![rd.clone()],
+            false,
+        ),
+        step(
+            "fwdrange",
+            "fwdrange",
+            "seekrandom",
+            vec![rd.clone(), seek.clone()],
+            false,
+        ),
         step(
             "multireadrandom",
             "multireadrandom",
@@ -131,8 +149,20 @@ pub fn suite_steps(spec: &SuiteSpec) -> Vec<SuiteStep> {
             vec![format!("--writes={}", (spec.num / 10).max(1))],
             true,
         ),
-        step("waitforcompaction", "waitforcompaction", "waitforcompaction", vec![], false),
-        step("readwhilewriting", "readwhilewriting", "readwhilewriting", vec![rd.clone(), bg.clone()], false),
+        step(
+            "waitforcompaction",
+            "waitforcompaction",
+            "waitforcompaction",
+            vec![],
+            false,
+        ),
+        step(
+            "readwhilewriting",
+            "readwhilewriting",
+            "readwhilewriting",
+            vec![rd.clone(), bg.clone()],
+            false,
+        ),
         step(
             "fwdrangewhilewriting",
             "fwdrangewhilewriting",
@@ -199,7 +229,11 @@ impl CompareArgs {
                     i += 1;
                     args[i - 1].as_ref().to_string()
                 }
-                None => return Err(BenchError::MissingValue(name.trim_start_matches('-').to_string())),
+                None => {
+                    return Err(BenchError::MissingValue(
+                        name.trim_start_matches('-').to_string(),
+                    ))
+                }
             };
             let n = |v: &str| {
                 v.parse::<u64>().map_err(|_| BenchError::BadFlagValue {
@@ -212,7 +246,9 @@ impl CompareArgs {
                 "--suite" => suite = Some(Suite::from_name(&value)?),
                 "--out" => out = Some(PathBuf::from(value)),
                 "--db-dir" => db_dir = Some(PathBuf::from(value)),
-                "--basalt-cmd" => a.basalt_cmd = value.split_whitespace().map(String::from).collect(),
+                "--basalt-cmd" => {
+                    a.basalt_cmd = value.split_whitespace().map(String::from).collect()
+                }
                 "--db-bench" => a.db_bench = value,
                 "--fio" => a.fio = value,
                 "--num" => a.num = Some(n(&value)?),
@@ -220,7 +256,8 @@ impl CompareArgs {
                 _ => return Err(BenchError::UnknownFlag(format!("{name} ({COMPARE_USAGE})"))),
             }
         }
-        a.suite = suite.ok_or_else(|| BenchError::MissingValue(format!("suite ({COMPARE_USAGE})")))?;
+        a.suite =
+            suite.ok_or_else(|| BenchError::MissingValue(format!("suite ({COMPARE_USAGE})")))?;
         a.out = out.ok_or_else(|| BenchError::MissingValue(format!("out ({COMPARE_USAGE})")))?;
         a.db_dir = db_dir.unwrap_or_else(|| a.out.join("data"));
         Ok(a)
@@ -240,7 +277,13 @@ impl CompareArgs {
     }
 }
 
-fn common_flags(spec: &SuiteSpec, db: &Path, report_file: &Path, benchmarks: &str, fresh: bool) -> Vec<String> {
+fn common_flags(
+    spec: &SuiteSpec,
+    db: &Path,
+    report_file: &Path,
+    benchmarks: &str,
+    fresh: bool,
+) -> Vec<String> {
     vec![
         format!("--db={}", db.display()),
         format!("--benchmarks={benchmarks},stats"),
@@ -269,7 +312,11 @@ impl Live<'_> {
     fn tick(&mut self, label: &str, elapsed: Duration, report_file: &Path, expected: Option<u64>) {
         let qps = std::fs::read_to_string(report_file)
             .ok()
-            .and_then(|t| t.lines().last().and_then(|l| l.split(',').nth(1)?.parse::<f64>().ok()))
+            .and_then(|t| {
+                t.lines()
+                    .last()
+                    .and_then(|l| l.split(',').nth(1)?.parse::<f64>().ok())
+            })
             .unwrap_or(0.0);
         let e = elapsed.as_secs_f64();
         let text = progress_text(label, e, qps, expected.map(|x| x as f64 - e));
@@ -282,23 +329,38 @@ impl Live<'_> {
     }
 }
 
+/// One side of the comparison: how to start it and where its files go.
+struct Side<'a> {
+    label_hint: &'a str,
+    base_cmd: &'a [String],
+    is_rocksdb: bool,
+    db: &'a Path,
+    raw: &'a Path,
+}
+
 /// Runs one engine through every step of the suite.
 fn run_engine(
-    engine_label_hint: &str,
-    base_cmd: &[String],
-    is_rocksdb: bool,
+    side: &Side<'_>,
     spec: &SuiteSpec,
     steps: &[SuiteStep],
-    db: &Path,
-    raw: &Path,
     device: Option<&str>,
     out: &mut dyn Write,
 ) -> Result<EngineRun, BenchError> {
-    std::fs::create_dir_all(raw).map_err(|e| BenchError::io(format!("create {}", raw.display()), e))?;
+    let (engine_label_hint, base_cmd, is_rocksdb, db, raw) = (
+        side.label_hint,
+        side.base_cmd,
+        side.is_rocksdb,
+        side.db,
+        side.raw,
+    );
+    std::fs::create_dir_all(raw)
+        .map_err(|e| BenchError::io(format!("create {}", raw.display()), e))?;
     if db.exists() {
-        std::fs::remove_dir_all(db).map_err(|e| BenchError::io(format!("remove {}", db.display()), e))?;
+        std::fs::remove_dir_all(db)
+            .map_err(|e| BenchError::io(format!("remove {}", db.display()), e))?;
     }
-    std::fs::create_dir_all(db).map_err(|e| BenchError::io(format!("create {}", db.display()), e))?;
+    std::fs::create_dir_all(db)
+        .map_err(|e| BenchError::io(format!("create {}", db.display()), e))?;
     let live_bytes = spec.num * (spec.key_size + spec.value_size) as u64;
     let mut run = EngineRun {
         label: engine_label_hint.to_string(),
@@ -308,7 +370,11 @@ fn run_engine(
     };
     let tty = std::io::stderr().is_terminal();
     for (i, st) in steps.iter().enumerate() {
-        let bench = if is_rocksdb { st.rocksdb_benchmark } else { st.basalt_benchmark };
+        let bench = if is_rocksdb {
+            st.rocksdb_benchmark
+        } else {
+            st.basalt_benchmark
+        };
         let report_file = raw.join(format!("{}.csv", st.name));
         let _ = std::fs::remove_file(&report_file);
         let mut argv = base_cmd.to_vec();
@@ -317,20 +383,27 @@ fn run_engine(
         let stdout = raw.join(format!("{}.stdout", st.name));
         let stderr = raw.join(format!("{}.stderr", st.name));
         let before = device.and_then(read_diskstats);
-        let expected = st
-            .flags
-            .iter()
-            .find_map(|f| f.strip_prefix("--duration=").and_then(|v| v.parse::<u64>().ok()));
+        let expected = st.flags.iter().find_map(|f| {
+            f.strip_prefix("--duration=")
+                .and_then(|v| v.parse::<u64>().ok())
+        });
         let label = format!("{engine_label_hint} {}", st.name);
-        let mut live = Live { tty, last_plain: Duration::ZERO, out: &mut *out };
-        let m = run_measured(&argv, &stdout, &stderr, |el| live.tick(&label, el, &report_file, expected))?;
+        let mut live = Live {
+            tty,
+            last_plain: Duration::ZERO,
+            out: &mut *out,
+        };
+        let m = run_measured(&argv, &stdout, &stderr, |el| {
+            live.tick(&label, el, &report_file, expected)
+        })?;
         if tty {
             eprint!("\r\x1b[2K");
         }
         // Push dirty pages to the device so /proc/diskstats counts this step's writes.
         unsafe { libc::sync() };
         let after = device.and_then(read_diskstats);
-        let text = std::fs::read_to_string(&stdout).map_err(|e| BenchError::io(format!("read {}", stdout.display()), e))?;
+        let text = std::fs::read_to_string(&stdout)
+            .map_err(|e| BenchError::io(format!("read {}", stdout.display()), e))?;
         if m.exit_code != Some(0) {
             let err = std::fs::read_to_string(&stderr).unwrap_or_default();
             let tail: Vec<&str> = err.lines().rev().take(5).collect();
@@ -356,7 +429,11 @@ fn run_engine(
         if result.is_none() && st.basalt_benchmark != "waitforcompaction" {
             return Err(BenchError::malformed(
                 argv[0].clone(),
-                format!("step {} printed no db_bench result line (see {})", st.name, stdout.display()),
+                format!(
+                    "step {} printed no db_bench result line (see {})",
+                    st.name,
+                    stdout.display()
+                ),
             ));
         }
         let intervals = match std::fs::read_to_string(&report_file) {
@@ -415,15 +492,24 @@ fn fio_rows(
     raw: &Path,
     out: &mut dyn Write,
 ) -> Result<(Vec<Row>, String, Vec<String>), BenchError> {
-    std::fs::create_dir_all(raw).map_err(|e| BenchError::io(format!("create {}", raw.display()), e))?;
+    std::fs::create_dir_all(raw)
+        .map_err(|e| BenchError::io(format!("create {}", raw.display()), e))?;
     let dir = args.db_dir.join("fio");
-    std::fs::create_dir_all(&dir).map_err(|e| BenchError::io(format!("create {}", dir.display()), e))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| BenchError::io(format!("create {}", dir.display()), e))?;
     let file = dir.join("fio.testfile");
     let mut rows = Vec::new();
     let mut version = String::new();
     let mut cmds = Vec::new();
     for job in fio::baseline_jobs() {
-        let (r, m, argv) = fio::run_job(&args.fio, &job, &file, &spec.fio_size, spec.fio_seconds, raw)?;
+        let (r, m, argv) = fio::run_job(
+            &args.fio,
+            &job,
+            &file,
+            &spec.fio_size,
+            spec.fio_seconds,
+            raw,
+        )?;
         version = r.version.clone();
         let ops = r.total_ios;
         let per_op = |x: u64| (ops > 0).then(|| x as f64 / ops as f64);
@@ -463,22 +549,49 @@ fn fio_rows(
 /// Entry point of `basalt bench compare`. Progress and one-line summaries go to `out`.
 pub fn run_compare(args: &CompareArgs, out: &mut dyn Write) -> Result<Report, BenchError> {
     if args.basalt_cmd.is_empty() {
-        return Err(BenchError::MissingValue(format!("basalt-cmd ({COMPARE_USAGE})")));
+        return Err(BenchError::MissingValue(format!(
+            "basalt-cmd ({COMPARE_USAGE})"
+        )));
     }
     let spec = args.spec();
     let steps = suite_steps(&spec);
     for d in [&args.out, &args.db_dir] {
-        std::fs::create_dir_all(d).map_err(|e| BenchError::io(format!("create {}", d.display()), e))?;
+        std::fs::create_dir_all(d)
+            .map_err(|e| BenchError::io(format!("create {}", d.display()), e))?;
     }
     let machine = MachineInfo::collect(&args.db_dir);
     let device = machine.device.clone();
     let rocksdb_version = db_bench_version(&args.db_bench)?;
     let started = crate::machine::utc_now_string();
-    let _ = writeln!(out, "compare: suite {} on {} ({} {}), results in {}", args.suite.name(), args.db_dir.display(), machine.fs_type, machine.device_model, args.out.display());
+    let _ = writeln!(
+        out,
+        "compare: suite {} on {} ({} {}), results in {}",
+        args.suite.name(),
+        args.db_dir.display(),
+        machine.fs_type,
+        machine.device_model,
+        args.out.display()
+    );
     let raw = args.out.join("raw");
 
-    let basalt = run_engine("basalt-side", &args.basalt_cmd, false, &spec, &steps, &args.db_dir.join("basalt-side"), &raw.join("basalt-side"), device.as_deref(), out)?;
-    let mut rocks = run_engine("rocksdb", &[args.db_bench.clone()], true, &spec, &steps, &args.db_dir.join("rocksdb"), &raw.join("rocksdb"), device.as_deref(), out)?;
+    let (bdb, braw) = (args.db_dir.join("basalt-side"), raw.join("basalt-side"));
+    let basalt_side = Side {
+        label_hint: "basalt-side",
+        base_cmd: &args.basalt_cmd,
+        is_rocksdb: false,
+        db: &bdb,
+        raw: &braw,
+    };
+    let basalt = run_engine(&basalt_side, &spec, &steps, device.as_deref(), out)?;
+    let (rdb, rraw) = (args.db_dir.join("rocksdb"), raw.join("rocksdb"));
+    let rocks_side = Side {
+        label_hint: "rocksdb",
+        base_cmd: std::slice::from_ref(&args.db_bench),
+        is_rocksdb: true,
+        db: &rdb,
+        raw: &rraw,
+    };
+    let mut rocks = run_engine(&rocks_side, &spec, &steps, device.as_deref(), out)?;
     rocks.version = format!("RocksDB db_bench {rocksdb_version}");
     let (fio_rows, fio_version, fio_cmds) = fio_rows(args, &spec, &raw.join("fio"), out)?;
     let fio_run = EngineRun {
@@ -497,7 +610,11 @@ pub fn run_compare(args: &CompareArgs, out: &mut dyn Write) -> Result<Report, Be
         bench_version: env!("CARGO_PKG_VERSION").to_string(),
     };
     report::write_report(&report, &args.out)?;
-    let _ = writeln!(out, "compare: wrote {}/summary.tsv, report.md, report.html", args.out.display());
+    let _ = writeln!(
+        out,
+        "compare: wrote {}/summary.tsv, report.md, report.html",
+        args.out.display()
+    );
     Ok(report)
 }
 
@@ -507,14 +624,30 @@ mod tests {
 
     #[test]
     fn compare_args_parse_and_reject() {
-        let a = CompareArgs::parse(&["--suite", "quick", "--out=/tmp/x", "--basalt-cmd", "basalt bench", "--num=5"]).unwrap();
+        let a = CompareArgs::parse(&[
+            "--suite",
+            "quick",
+            "--out=/tmp/x",
+            "--basalt-cmd",
+            "basalt bench",
+            "--num=5",
+        ])
+        .unwrap();
         assert_eq!(a.suite, Suite::Quick);
         assert_eq!(a.basalt_cmd, vec!["basalt", "bench"]);
         assert_eq!(a.db_dir, PathBuf::from("/tmp/x/data"));
         assert_eq!(a.spec().num, 5);
-        assert!(CompareArgs::parse(&["--suite", "huge", "--out", "x"]).unwrap_err().to_string().contains("huge"));
+        assert!(CompareArgs::parse(&["--suite", "huge", "--out", "x"])
+            .unwrap_err()
+            .to_string()
+            .contains("huge"));
         assert!(CompareArgs::parse(&["--suite", "quick"]).is_err());
-        assert!(CompareArgs::parse(&["--suite", "quick", "--out", "x", "--frob", "1"]).unwrap_err().to_string().contains("--frob"));
+        assert!(
+            CompareArgs::parse(&["--suite", "quick", "--out", "x", "--frob", "1"])
+                .unwrap_err()
+                .to_string()
+                .contains("--frob")
+        );
     }
 
     #[test]
@@ -523,7 +656,17 @@ mod tests {
         let names: Vec<_> = s.iter().map(|x| x.name).collect();
         assert_eq!(
             names,
-            ["fillseq", "readrandom", "fwdrange", "multireadrandom", "overwritesome", "waitforcompaction", "readwhilewriting", "fwdrangewhilewriting", "overwrite"]
+            [
+                "fillseq",
+                "readrandom",
+                "fwdrange",
+                "multireadrandom",
+                "overwritesome",
+                "waitforcompaction",
+                "readwhilewriting",
+                "fwdrangewhilewriting",
+                "overwrite"
+            ]
         );
         assert_eq!(s[2].rocksdb_benchmark, "seekrandom");
         assert_eq!(s[7].rocksdb_benchmark, "seekrandomwhilewriting");

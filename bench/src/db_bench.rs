@@ -9,15 +9,30 @@ pub fn db_bench_version(db_bench: &str) -> Result<String, BenchError> {
     let out = Command::new(db_bench)
         .arg("--version")
         .output()
-        .map_err(|e| BenchError::io(format!("running {db_bench} --version (install Debian package rocksdb-tools)"), e))?;
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        .map_err(|e| {
+            BenchError::io(
+                format!("running {db_bench} --version (install Debian package rocksdb-tools)"),
+                e,
+            )
+        })?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     parse_db_bench_version(&text)
 }
 
 pub fn parse_db_bench_version(text: &str) -> Result<String, BenchError> {
     text.lines()
-        .find_map(|l| l.trim().strip_prefix("db_bench version ").map(|v| v.trim().to_string()))
-        .ok_or_else(|| BenchError::malformed("db_bench --version", format!("no 'db_bench version' in '{}'", text.trim())))
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("db_bench version ")
+                .map(|v| v.trim().to_string())
+        })
+        .ok_or_else(|| {
+            BenchError::malformed(
+                "db_bench --version",
+                format!("no 'db_bench version' in '{}'", text.trim()),
+            )
+        })
 }
 
 /// The engine a db_bench-format output came from: `Engine:     memtest (memtest 0.1.0 ...)`
@@ -46,12 +61,19 @@ mod tests {
 
     #[test]
     fn versions_and_identity() {
-        assert_eq!(parse_db_bench_version("db_bench version 7.8.3\n").unwrap(), "7.8.3");
+        assert_eq!(
+            parse_db_bench_version("db_bench version 7.8.3\n").unwrap(),
+            "7.8.3"
+        );
         assert!(parse_db_bench_version("segfault").is_err());
-        let (n, v) = engine_identity("Set seed\nEngine:     memtest (memtest 0.1.0 (x))\n").unwrap();
+        let (n, v) =
+            engine_identity("Set seed\nEngine:     memtest (memtest 0.1.0 (x))\n").unwrap();
         assert_eq!(n, "memtest");
         assert!(v.starts_with("memtest 0.1.0"));
-        assert_eq!(engine_identity("RocksDB:    version 7.8.3").unwrap().0, "rocksdb");
+        assert_eq!(
+            engine_identity("RocksDB:    version 7.8.3").unwrap().0,
+            "rocksdb"
+        );
         assert!(engine_identity("nothing").is_none());
     }
 }

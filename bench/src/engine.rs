@@ -20,6 +20,9 @@ impl From<std::io::Error> for EngineError {
     }
 }
 
+/// Key-value pairs returned by a scan, in scan order.
+pub type KvPairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Scan direction for [`KvEngine::scan_from`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
@@ -102,12 +105,8 @@ pub trait KvEngine: Send + Sync {
     fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, EngineError>;
     /// Up to `limit` entries starting at the first key `>= start` (forward) or `<= start`
     /// (backward), in scan order.
-    fn scan_from(
-        &self,
-        start: &[u8],
-        limit: usize,
-        dir: Direction,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, EngineError>;
+    fn scan_from(&self, start: &[u8], limit: usize, dir: Direction)
+        -> Result<KvPairs, EngineError>;
     fn flush(&self) -> Result<(), EngineError>;
     /// Block until background space reclamation (GC / compaction) has caught up.
     fn wait_for_gc(&self) -> Result<(), EngineError>;

@@ -18,10 +18,34 @@ pub struct FioJob {
 /// The four baselines, in the order they run (the write lays the file out first).
 pub fn baseline_jobs() -> Vec<FioJob> {
     vec![
-        FioJob { name: "write-1m", rw: "write", bs: "1M", iodepth: 8, ioengine: "libaio" },
-        FioJob { name: "read-1m", rw: "read", bs: "1M", iodepth: 8, ioengine: "libaio" },
-        FioJob { name: "randread-4k-qd1", rw: "randread", bs: "4k", iodepth: 1, ioengine: "psync" },
-        FioJob { name: "randread-4k-qd32", rw: "randread", bs: "4k", iodepth: 32, ioengine: "libaio" },
+        FioJob {
+            name: "write-1m",
+            rw: "write",
+            bs: "1M",
+            iodepth: 8,
+            ioengine: "libaio",
+        },
+        FioJob {
+            name: "read-1m",
+            rw: "read",
+            bs: "1M",
+            iodepth: 8,
+            ioengine: "libaio",
+        },
+        FioJob {
+            name: "randread-4k-qd1",
+            rw: "randread",
+            bs: "4k",
+            iodepth: 1,
+            ioengine: "psync",
+        },
+        FioJob {
+            name: "randread-4k-qd32",
+            rw: "randread",
+            bs: "4k",
+            iodepth: 32,
+            ioengine: "libaio",
+        },
     ]
 }
 
@@ -62,27 +86,34 @@ pub fn parse_fio_json(text: &str, rw: &str) -> Result<FioResult, BenchError> {
             });
         }
     }
-    let side = if rw.contains("write") { "write" } else { "read" };
+    let side = if rw.contains("write") {
+        "write"
+    } else {
+        "read"
+    };
     let s = job
         .get(side)
         .ok_or_else(|| BenchError::malformed("fio", format!("no '{side}' section in jobs[0]")))?;
     let num = |k: &str| -> Result<f64, BenchError> {
-        s.get(k)
-            .and_then(|x| x.as_f64())
-            .ok_or_else(|| BenchError::malformed("fio", format!("missing number jobs[0].{side}.{k}")))
+        s.get(k).and_then(|x| x.as_f64()).ok_or_else(|| {
+            BenchError::malformed("fio", format!("missing number jobs[0].{side}.{k}"))
+        })
     };
     let pct = s
         .get("clat_ns")
         .and_then(|c| c.get("percentile"))
         .and_then(|p| p.as_object())
-        .ok_or_else(|| BenchError::malformed("fio", format!("missing jobs[0].{side}.clat_ns.percentile")))?;
+        .ok_or_else(|| {
+            BenchError::malformed("fio", format!("missing jobs[0].{side}.clat_ns.percentile"))
+        })?;
     let mut clat = [0.0; 4];
-    for (i, key) in ["50.000000", "99.000000", "99.900000", "99.990000"].iter().enumerate() {
-        clat[i] = pct
-            .get(*key)
-            .and_then(|x| x.as_f64())
-            .ok_or_else(|| BenchError::malformed("fio", format!("missing clat percentile {key}")))?
-            / 1000.0;
+    for (i, key) in ["50.000000", "99.000000", "99.900000", "99.990000"]
+        .iter()
+        .enumerate()
+    {
+        clat[i] = pct.get(*key).and_then(|x| x.as_f64()).ok_or_else(|| {
+            BenchError::malformed("fio", format!("missing clat percentile {key}"))
+        })? / 1000.0;
     }
     Ok(FioResult {
         iops: num("iops")?,
@@ -95,7 +126,14 @@ pub fn parse_fio_json(text: &str, rw: &str) -> Result<FioResult, BenchError> {
 }
 
 /// The fio command line for `job` on `file`.
-pub fn fio_argv(fio: &str, job: &FioJob, file: &Path, size: &str, runtime_s: u64, json_out: &Path) -> Vec<String> {
+pub fn fio_argv(
+    fio: &str,
+    job: &FioJob,
+    file: &Path,
+    size: &str,
+    runtime_s: u64,
+    json_out: &Path,
+) -> Vec<String> {
     vec![
         fio.to_string(),
         format!("--name={}", job.name),
@@ -134,13 +172,15 @@ pub fn run_job(
         |_| {},
     )?;
     if m.exit_code != Some(0) {
-        let err = std::fs::read_to_string(raw_dir.join(format!("{}.stderr", job.name))).unwrap_or_default();
+        let err = std::fs::read_to_string(raw_dir.join(format!("{}.stderr", job.name)))
+            .unwrap_or_default();
         return Err(BenchError::ToolFailed {
             tool: "fio".into(),
             detail: format!("{} exited with {:?}: {}", job.name, m.exit_code, err.trim()),
         });
     }
-    let text = std::fs::read_to_string(&json).map_err(|e| BenchError::io(format!("reading {}", json.display()), e))?;
+    let text = std::fs::read_to_string(&json)
+        .map_err(|e| BenchError::io(format!("reading {}", json.display()), e))?;
     Ok((parse_fio_json(&text, job.rw)?, m, argv))
 }
 
@@ -165,7 +205,10 @@ mod tests {
     #[test]
     fn malformed_fio_output_is_a_clear_error() {
         let e = parse_fio_json("fio: pid=1, err=22/file:filesetup.c", "read").unwrap_err();
-        assert!(e.to_string().contains("fio") && e.to_string().contains("no JSON"), "{e}");
+        assert!(
+            e.to_string().contains("fio") && e.to_string().contains("no JSON"),
+            "{e}"
+        );
         let e = parse_fio_json("{\"jobs\": [", "read").unwrap_err();
         assert!(e.to_string().contains("invalid JSON"), "{e}");
         let e = parse_fio_json(SAMPLE, "write").unwrap_err();

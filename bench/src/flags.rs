@@ -181,8 +181,13 @@ impl Flags {
             let name = raw_name.replace('-', "_");
             let (name, kind, negated) = match lookup(&name) {
                 Some(k) => (name, k, false),
-                None => match name.strip_prefix("no").and_then(|n| lookup(n).map(|k| (n, k))) {
-                    Some((n, Kind::Bool)) if inline_value.is_none() => (n.to_string(), Kind::Bool, true),
+                None => match name
+                    .strip_prefix("no")
+                    .and_then(|n| lookup(n).map(|k| (n, k)))
+                {
+                    Some((n, Kind::Bool)) if inline_value.is_none() => {
+                        (n.to_string(), Kind::Bool, true)
+                    }
                     _ => return Err(BenchError::UnknownFlag(format!("--{raw_name}"))),
                 },
             };
@@ -228,7 +233,13 @@ impl Flags {
                     "lz4" | "lz4hc" => Compression::Lz4,
                     "zstd" => Compression::Zstd,
                     "zlib" => Compression::Zlib,
-                    _ => return Err(bad(name, v, "expected none, snappy, lz4, lz4hc, zstd or zlib")),
+                    _ => {
+                        return Err(bad(
+                            name,
+                            v,
+                            "expected none, snappy, lz4, lz4hc, zstd or zlib",
+                        ))
+                    }
                 };
                 self.compression_name = v.to_ascii_lowercase();
             }
@@ -289,7 +300,11 @@ impl Flags {
             ));
         }
         if self.arrival_rate < 0.0 || !self.arrival_rate.is_finite() {
-            return Err(bad("arrival_rate", &self.arrival_rate.to_string(), "must be >= 0"));
+            return Err(bad(
+                "arrival_rate",
+                &self.arrival_rate.to_string(),
+                "must be >= 0",
+            ));
         }
         for b in &self.benchmarks {
             crate::steps::StepKind::from_name(b, self)?;

@@ -58,7 +58,9 @@ impl LatencyHistogram {
     }
 
     pub fn merge(&mut self, other: &LatencyHistogram) {
-        self.h.add(&other.h).expect("auto-resizing histograms always merge");
+        self.h
+            .add(&other.h)
+            .expect("auto-resizing histograms always merge");
     }
 
     pub fn count(&self) -> u64 {
@@ -135,7 +137,10 @@ impl LatencyHistogram {
             self.max_us().round() as u64
         )?;
         writeln!(out, "{}", self.percentiles_line())?;
-        writeln!(out, "------------------------------------------------------")?;
+        writeln!(
+            out,
+            "------------------------------------------------------"
+        )?;
         let total = self.count();
         if total == 0 {
             return writeln!(out);
@@ -151,7 +156,8 @@ impl LatencyHistogram {
             let n = if lo_ns > self.h.max() {
                 0
             } else {
-                self.h.count_between(lo_ns, hi_ns.min(self.h.max().max(lo_ns)))
+                self.h
+                    .count_between(lo_ns, hi_ns.min(self.h.max().max(lo_ns)))
             };
             let n = n.min(total - cumulative);
             if n > 0 {
@@ -199,8 +205,16 @@ mod tests {
         for i in 1..=1000u64 {
             h.record_ns(i * 1000);
         }
-        assert!((h.percentile_us(50.0) - 500.0).abs() < 2.0, "{}", h.percentile_us(50.0));
-        assert!((h.percentile_us(99.0) - 990.0).abs() < 2.0, "{}", h.percentile_us(99.0));
+        assert!(
+            (h.percentile_us(50.0) - 500.0).abs() < 2.0,
+            "{}",
+            h.percentile_us(50.0)
+        );
+        assert!(
+            (h.percentile_us(99.0) - 990.0).abs() < 2.0,
+            "{}",
+            h.percentile_us(99.0)
+        );
         assert_eq!(h.count_at_least_ns(991_000), 10);
         let mut out = Vec::new();
         h.print_db_bench(&mut out, "read").unwrap();

@@ -91,8 +91,14 @@ impl MachineInfo {
                 let base = format!("/sys/block/{d}/device");
                 let model = read(&format!("{base}/model")).trim().to_string();
                 let vendor = read(&format!("{base}/vendor")).trim().to_string();
-                let rotational = read(&format!("/sys/block/{d}/queue/rotational")).trim().to_string();
-                let kind = if d.starts_with("vd") { "virtio disk" } else { "" };
+                let rotational = read(&format!("/sys/block/{d}/queue/rotational"))
+                    .trim()
+                    .to_string();
+                let kind = if d.starts_with("vd") {
+                    "virtio disk"
+                } else {
+                    ""
+                };
                 let mut s = [kind, &vendor, &model]
                     .iter()
                     .filter(|x| !x.is_empty())
@@ -110,7 +116,9 @@ impl MachineInfo {
             .unwrap_or_else(|| "unknown (no block device)".into());
         MachineInfo {
             hostname: read("/proc/sys/kernel/hostname").trim().to_string(),
-            cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            cores: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
             cpu_model,
             ram_bytes,
             kernel,
@@ -136,7 +144,14 @@ pub fn civil_utc(secs: i64) -> (i64, u32, u32, u32, u32, u32) {
     let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
-    (y, m, d, (rem / 3600) as u32, ((rem % 3600) / 60) as u32, (rem % 60) as u32)
+    (
+        y,
+        m,
+        d,
+        (rem / 3600) as u32,
+        ((rem % 3600) / 60) as u32,
+        (rem % 60) as u32,
+    )
 }
 
 fn now_secs() -> i64 {

@@ -4,7 +4,7 @@
 //! It is a test double, never Basalt: it reports itself as `memtest`.
 
 use crate::engine::{
-    BatchOp, Direction, EngineError, EngineFactory, EngineOptions, EngineStats, KvEngine,
+    BatchOp, Direction, EngineError, EngineFactory, EngineOptions, EngineStats, KvEngine, KvPairs,
 };
 use std::collections::BTreeMap;
 use std::fs;
@@ -53,7 +53,8 @@ impl MemEngine {
     /// Make the operation that comes `after_ops` operations from now hold the engine's
     /// write lock for `stall`, blocking every other operation too (a write stall).
     pub fn inject_stall(&self, after_ops: u64, stall: Duration) {
-        self.stall_ns.store(stall.as_nanos() as u64, Ordering::SeqCst);
+        self.stall_ns
+            .store(stall.as_nanos() as u64, Ordering::SeqCst);
         let now = self.ops.load(Ordering::SeqCst);
         self.stall_at_op.store(now + after_ops, Ordering::SeqCst);
     }
@@ -94,7 +95,10 @@ impl MemEngine {
         r.read_exact(&mut magic)
             .map_err(|e| EngineError::new(format!("{}: {e}", p.display())))?;
         if &magic != MAGIC {
-            return Err(EngineError::new(format!("{} is not a memtest snapshot", p.display())));
+            return Err(EngineError::new(format!(
+                "{} is not a memtest snapshot",
+                p.display()
+            )));
         }
         let mut len = [0u8; 4];
         loop {
@@ -134,7 +138,10 @@ impl KvEngine for MemEngine {
         self.tick();
         self.user_bytes_written
             .fetch_add((key.len() + value.len()) as u64, Ordering::Relaxed);
-        self.map.write().unwrap().insert(key.to_vec(), value.to_vec());
+        self.map
+            .write()
+            .unwrap()
+            .insert(key.to_vec(), value.to_vec());
         Ok(())
     }
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
@@ -177,7 +184,7 @@ impl KvEngine for MemEngine {
         start: &[u8],
         limit: usize,
         dir: Direction,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, EngineError> {
+    ) -> Result<KvPairs, EngineError> {
         self.tick();
         let m = self.map.read().unwrap();
         let clone = |(k, v): (&Vec<u8>, &Vec<u8>)| (k.clone(), v.clone());
@@ -244,7 +251,9 @@ impl KvEngine for MemEngine {
             w.write_all(v)?;
             written += 8 + (k.len() + v.len()) as u64;
         }
-        let f = w.into_inner().map_err(|e| EngineError::new(e.to_string()))?;
+        let f = w
+            .into_inner()
+            .map_err(|e| EngineError::new(e.to_string()))?;
         f.sync_all()?;
         fs::rename(&tmp, Self::snapshot_path(dir))?;
         self.snapshot_bytes_written
@@ -310,9 +319,15 @@ mod tests {
             e.put(&[i], &[i, i]).unwrap();
         }
         let fwd = e.scan_from(&[3], 3, Direction::Forward).unwrap();
-        assert_eq!(fwd.iter().map(|(k, _)| k[0]).collect::<Vec<_>>(), vec![3, 4, 5]);
+        assert_eq!(
+            fwd.iter().map(|(k, _)| k[0]).collect::<Vec<_>>(),
+            vec![3, 4, 5]
+        );
         let back = e.scan_from(&[3], 10, Direction::Backward).unwrap();
-        assert_eq!(back.iter().map(|(k, _)| k[0]).collect::<Vec<_>>(), vec![3, 2, 1, 0]);
+        assert_eq!(
+            back.iter().map(|(k, _)| k[0]).collect::<Vec<_>>(),
+            vec![3, 2, 1, 0]
+        );
         e.close().unwrap();
         opts.fresh = false;
         let e2 = f.open(&opts).unwrap();

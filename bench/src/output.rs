@@ -107,8 +107,12 @@ pub struct ParsedOutput {
 }
 
 fn f(s: &str, what: &str, line: &str) -> Result<f64, BenchError> {
-    s.parse::<f64>()
-        .map_err(|_| BenchError::malformed("db_bench-format output", format!("bad {what} in line: {line}")))
+    s.parse::<f64>().map_err(|_| {
+        BenchError::malformed(
+            "db_bench-format output",
+            format!("bad {what} in line: {line}"),
+        )
+    })
 }
 
 /// Parse db_bench-format output. A `Percentiles:` line belongs to the result line before it.

@@ -21,7 +21,9 @@ pub fn parse_proc_io(text: &str) -> Result<ProcIo, BenchError> {
     let mut io = ProcIo::default();
     let mut seen = 0;
     for l in text.lines() {
-        let Some((k, v)) = l.split_once(':') else { continue };
+        let Some((k, v)) = l.split_once(':') else {
+            continue;
+        };
         let v: u64 = v
             .trim()
             .parse()
@@ -61,7 +63,9 @@ impl DiskStats {
         DiskStats {
             reads_completed: self.reads_completed.saturating_sub(before.reads_completed),
             sectors_read: self.sectors_read.saturating_sub(before.sectors_read),
-            writes_completed: self.writes_completed.saturating_sub(before.writes_completed),
+            writes_completed: self
+                .writes_completed
+                .saturating_sub(before.writes_completed),
             sectors_written: self.sectors_written.saturating_sub(before.sectors_written),
         }
     }
@@ -104,7 +108,9 @@ pub fn disk_usage(dir: &Path) -> u64 {
     let mut total = 0;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(p) = stack.pop() {
-        let Ok(md) = std::fs::symlink_metadata(&p) else { continue };
+        let Ok(md) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
         total += md.blocks() * 512;
         if md.is_dir() {
             if let Ok(rd) = std::fs::read_dir(&p) {
@@ -137,11 +143,14 @@ pub fn run_measured(
     stderr: &Path,
     mut tick: impl FnMut(Duration),
 ) -> Result<ChildMeasurement, BenchError> {
-    let (prog, rest) = argv
-        .split_first()
-        .ok_or_else(|| BenchError::ToolFailed { tool: "child".into(), detail: "empty command".into() })?;
-    let out = File::create(stdout).map_err(|e| BenchError::io(format!("create {}", stdout.display()), e))?;
-    let err = File::create(stderr).map_err(|e| BenchError::io(format!("create {}", stderr.display()), e))?;
+    let (prog, rest) = argv.split_first().ok_or_else(|| BenchError::ToolFailed {
+        tool: "child".into(),
+        detail: "empty command".into(),
+    })?;
+    let out = File::create(stdout)
+        .map_err(|e| BenchError::io(format!("create {}", stdout.display()), e))?;
+    let err = File::create(stderr)
+        .map_err(|e| BenchError::io(format!("create {}", stderr.display()), e))?;
     let start = Instant::now();
     let child = Command::new(prog)
         .args(rest)

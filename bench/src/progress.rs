@@ -63,7 +63,9 @@ impl Monitor {
                     if stop2.load(Ordering::Relaxed) {
                         break;
                     }
-                    std::thread::sleep(Duration::from_millis(20).min(next - Instant::now().min(next)));
+                    std::thread::sleep(
+                        Duration::from_millis(20).min(next - Instant::now().min(next)),
+                    );
                 }
                 if stop2.load(Ordering::Relaxed) {
                     break;
@@ -74,7 +76,7 @@ impl Monitor {
                 last_done = done;
                 samples.push((sec, qps));
                 if let Some(f) = report.as_mut() {
-                    if sec % cfg.report_interval_secs == 0 {
+                    if sec.is_multiple_of(cfg.report_interval_secs) {
                         let q = (done - last_report_done) as f64 / cfg.report_interval_secs as f64;
                         last_report_done = done;
                         let _ = writeln!(f, "{sec},{}", q as u64);

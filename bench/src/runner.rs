@@ -67,7 +67,8 @@ pub fn run_benchmarks(
         w(out, &format!("Set seed to {s} because --seed was 0"))?;
         flags.seed = s;
     }
-    let mut engine: Arc<dyn KvEngine> = factory.open(&flags.engine_options(!flags.use_existing_db))?;
+    let mut engine: Arc<dyn KvEngine> =
+        factory.open(&flags.engine_options(!flags.use_existing_db))?;
     print_header(&flags, engine.as_ref(), out)?;
     let mut used = false;
     let mut reports = Vec::new();
@@ -82,7 +83,10 @@ pub fn run_benchmarks(
         match kind {
             StepKind::Flush => engine.flush()?,
             StepKind::WaitForCompaction => {
-                w(out, &format!("waitforcompaction({}): started", flags.db.display()))?;
+                w(
+                    out,
+                    &format!("waitforcompaction({}): started", flags.db.display()),
+                )?;
                 let t = Instant::now();
                 engine.wait_for_gc()?;
                 w(
@@ -117,7 +121,8 @@ pub fn run_benchmarks(
                         .print_db_bench(out, kind.op_word())
                         .map_err(|e| BenchError::io("writing histogram", e))?;
                 }
-                out.flush().map_err(|e| BenchError::io("writing benchmark output", e))?;
+                out.flush()
+                    .map_err(|e| BenchError::io("writing benchmark output", e))?;
                 reports.push(r);
             }
         }
@@ -144,14 +149,23 @@ fn run_one(
         report_interval_secs: flags.report_interval_seconds,
         progress_interval_secs: flags.progress_interval_seconds,
     })
-    .map_err(|e| BenchError::io(format!("creating report file {}", flags.report_file.display()), e))?;
+    .map_err(|e| {
+        BenchError::io(
+            format!("creating report file {}", flags.report_file.display()),
+            e,
+        )
+    })?;
     let outcome = run_measured_step(kind, flags, engine, seed, done);
     let intervals = monitor.finish();
     let o = outcome?;
     let t = &o.tally;
     let ops = t.ops;
     let secs = o.wall_seconds;
-    let micros_per_op = if ops > 0 { t.thread_seconds * 1e6 / ops as f64 } else { 0.0 };
+    let micros_per_op = if ops > 0 {
+        t.thread_seconds * 1e6 / ops as f64
+    } else {
+        0.0
+    };
     let ops_per_sec = if secs > 0.0 { ops as f64 / secs } else { 0.0 };
     let mb = (t.bytes > 0).then(|| t.bytes as f64 / 1048576.0 / secs.max(1e-9));
     let message = match kind {
@@ -182,10 +196,20 @@ fn run_one(
     })
 }
 
-fn print_header(flags: &Flags, engine: &dyn KvEngine, out: &mut dyn Write) -> Result<(), BenchError> {
+fn print_header(
+    flags: &Flags,
+    engine: &dyn KvEngine,
+    out: &mut dyn Write,
+) -> Result<(), BenchError> {
     let m = crate::machine::MachineInfo::collect(&flags.db);
-    w(out, &format!("Engine:     {} ({})", engine.name(), engine.version()))?;
-    w(out, &format!("Date:       {}", crate::machine::utc_now_string()))?;
+    w(
+        out,
+        &format!("Engine:     {} ({})", engine.name(), engine.version()),
+    )?;
+    w(
+        out,
+        &format!("Date:       {}", crate::machine::utc_now_string()),
+    )?;
     w(out, &format!("CPU:        {} * {}", m.cores, m.cpu_model))?;
     w(out, &format!("Keys:       {} bytes each", flags.key_size))?;
     w(
@@ -208,7 +232,11 @@ fn print_stats(engine: &dyn KvEngine, out: &mut dyn Write) -> Result<(), BenchEr
     let uptime = s.uptime_micros.unwrap_or(0);
     if let Some(stall) = s.write_stall_micros {
         let secs = stall as f64 / 1e6;
-        let pct = if uptime > 0 { 100.0 * stall as f64 / uptime as f64 } else { 0.0 };
+        let pct = if uptime > 0 {
+            100.0 * stall as f64 / uptime as f64
+        } else {
+            0.0
+        };
         w(
             out,
             &format!(

@@ -26,10 +26,14 @@ pub enum StepKind {
     ReadRandom,
     MultiReadRandom,
     /// `seekrandom` (direction from `--reverse_iterator`), `fwdrange`, `revrange`.
-    Seek { reverse: bool },
+    Seek {
+        reverse: bool,
+    },
     ReadWhileWriting,
     /// `seekrandomwhilewriting`, `fwdrangewhilewriting`, `revrangewhilewriting`.
-    SeekWhileWriting { reverse: bool },
+    SeekWhileWriting {
+        reverse: bool,
+    },
     DeleteRandom,
     DeleteSeq,
     Flush,
@@ -99,9 +103,7 @@ impl StepKind {
     /// Word used in the histogram heading (`Microseconds per write:`).
     pub fn op_word(self) -> &'static str {
         match self {
-            StepKind::ReadRandom
-            | StepKind::MultiReadRandom
-            | StepKind::ReadWhileWriting => "read",
+            StepKind::ReadRandom | StepKind::MultiReadRandom | StepKind::ReadWhileWriting => "read",
             StepKind::Seek { .. } | StepKind::SeekWhileWriting { .. } => "seek",
             StepKind::UpdateRandom => "update",
             StepKind::DeleteRandom | StepKind::DeleteSeq => "delete",
@@ -121,9 +123,7 @@ impl StepKind {
     pub fn total_ops(self, flags: &Flags) -> (u64, u64) {
         let t = flags.threads as u64;
         match self {
-            StepKind::FillSeq | StepKind::FillUniqueRandom | StepKind::DeleteSeq => {
-                (flags.num, 1)
-            }
+            StepKind::FillSeq | StepKind::FillUniqueRandom | StepKind::DeleteSeq => (flags.num, 1),
             StepKind::FillRandom | StepKind::Overwrite | StepKind::UpdateRandom => {
                 (flags.writes() * t, 1)
             }
@@ -319,7 +319,10 @@ impl ThreadCtx {
                 if !got.is_empty() {
                     t.found += 1;
                 }
-                t.bytes += got.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum::<u64>();
+                t.bytes += got
+                    .iter()
+                    .map(|(k, v)| (k.len() + v.len()) as u64)
+                    .sum::<u64>();
             }
             StepKind::Flush | StepKind::WaitForCompaction | StepKind::Stats => {}
         }
@@ -373,7 +376,9 @@ pub fn run_measured_step(
         handles.push(std::thread::spawn(move || -> Result<Tally, BenchError> {
             let mut t = Tally::default();
             barrier.wait();
-            let start = *start_cell.get().expect("start is set before the barrier opens");
+            let start = *start_cell
+                .get()
+                .expect("start is set before the barrier opens");
             let (lo, hi) = (
                 total * tid as u64 / threads as u64,
                 total * (tid as u64 + 1) / threads as u64,
@@ -421,7 +426,10 @@ pub fn run_measured_step(
     }
 
     // Background writer for *whilewriting steps: random overwrites until the readers finish.
-    let bg = if matches!(kind, StepKind::ReadWhileWriting | StepKind::SeekWhileWriting { .. }) {
+    let bg = if matches!(
+        kind,
+        StepKind::ReadWhileWriting | StepKind::SeekWhileWriting { .. }
+    ) {
         let engine = engine.clone();
         let stop = stop_bg.clone();
         let f = flags.clone();
@@ -459,7 +467,11 @@ pub fn run_measured_step(
         match h.join() {
             Ok(Ok(t)) => tally.merge(&t),
             Ok(Err(e)) => first_err = first_err.or(Some(e)),
-            Err(_) => first_err = first_err.or(Some(BenchError::Engine(crate::engine::EngineError::new("a benchmark thread panicked")))),
+            Err(_) => {
+                first_err = first_err.or(Some(BenchError::Engine(crate::engine::EngineError::new(
+                    "a benchmark thread panicked",
+                ))))
+            }
         }
     }
     let wall_seconds = start.elapsed().as_secs_f64();

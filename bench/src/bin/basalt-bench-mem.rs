@@ -16,7 +16,8 @@ fn main() {
     let result = match args.first().map(String::as_str) {
         Some("compare") => CompareArgs::parse(&args[1..]).and_then(|mut a| {
             if a.basalt_cmd.is_empty() {
-                let me = std::env::current_exe().map_err(|e| basalt_bench::BenchError::io("current_exe", e))?;
+                let me = std::env::current_exe()
+                    .map_err(|e| basalt_bench::BenchError::io("current_exe", e))?;
                 a.basalt_cmd = vec![me.display().to_string()];
             }
             let stdout = std::io::stdout();

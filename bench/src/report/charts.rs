@@ -16,8 +16,12 @@ const W: u32 = 560;
 const H: u32 = 320;
 
 fn color(engine_index: usize) -> RGBColor {
-    [RGBColor(31, 119, 180), RGBColor(214, 39, 40), RGBColor(120, 120, 120), RGBColor(44, 160, 44)]
-        [engine_index % 4]
+    [
+        RGBColor(31, 119, 180),
+        RGBColor(214, 39, 40),
+        RGBColor(120, 120, 120),
+        RGBColor(44, 160, 44),
+    ][engine_index % 4]
 }
 
 fn err(stem: &str, e: impl std::fmt::Display) -> BenchError {
@@ -35,7 +39,12 @@ fn throughput_chart(step: &str, series: &[(usize, &str, &Row)]) -> Result<Chart,
     {
         let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| err(&stem, e))?;
-        let max_x = series.iter().flat_map(|(_, _, r)| r.intervals.iter().map(|p| p.0)).max().unwrap_or(1).max(1);
+        let max_x = series
+            .iter()
+            .flat_map(|(_, _, r)| r.intervals.iter().map(|p| p.0))
+            .max()
+            .unwrap_or(1)
+            .max(1);
         let max_y = series
             .iter()
             .flat_map(|(_, _, r)| r.intervals.iter().map(|p| p.1))
@@ -63,7 +72,9 @@ fn throughput_chart(step: &str, series: &[(usize, &str, &Row)]) -> Result<Chart,
                 .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
                 .map_err(|e| err(&stem, e))?
                 .label(name.to_string())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                });
             chart
                 .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
                 .map_err(|e| err(&stem, e))?;
@@ -77,7 +88,11 @@ fn throughput_chart(step: &str, series: &[(usize, &str, &Row)]) -> Result<Chart,
             .map_err(|e| err(&stem, e))?;
         root.present().map_err(|e| err(&stem, e))?;
     }
-    Ok(Chart { file_stem: stem, title, svg })
+    Ok(Chart {
+        file_stem: stem,
+        title,
+        svg,
+    })
 }
 
 /// Grouped bars: one group per category, one bar per series. `None` values are skipped.
@@ -138,7 +153,10 @@ fn grouped_bars(
         }
         if let Some(r) = reference_line {
             chart
-                .draw_series(LineSeries::new(vec![(0.0, r), (n, r)], BLACK.stroke_width(1)))
+                .draw_series(LineSeries::new(
+                    vec![(0.0, r), (n, r)],
+                    BLACK.stroke_width(1),
+                ))
                 .map_err(|e| err(stem, e))?;
         }
         chart
@@ -151,19 +169,28 @@ fn grouped_bars(
         label_categories(&root, &chart, categories, stem)?;
         root.present().map_err(|e| err(stem, e))?;
     }
-    Ok(Chart { file_stem: stem.to_string(), title: title.to_string(), svg })
+    Ok(Chart {
+        file_stem: stem.to_string(),
+        title: title.to_string(),
+        svg,
+    })
 }
 
 fn label_categories<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
-    chart: &ChartContext<DB, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>,
+    chart: &ChartContext<
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
     categories: &[String],
     stem: &str,
 ) -> Result<(), BenchError> {
-    let style = TextStyle::from(("sans-serif", 11).into_font()).pos(plotters::style::text_anchor::Pos::new(
-        plotters::style::text_anchor::HPos::Center,
-        plotters::style::text_anchor::VPos::Top,
-    ));
+    let style = TextStyle::from(("sans-serif", 11).into_font()).pos(
+        plotters::style::text_anchor::Pos::new(
+            plotters::style::text_anchor::HPos::Center,
+            plotters::style::text_anchor::VPos::Top,
+        ),
+    );
     for (i, c) in categories.iter().enumerate() {
         let (px, py) = chart.backend_coord(&(i as f64 + 0.5, 0.0));
         // Alternate rows so long step names do not overlap.
@@ -178,7 +205,8 @@ fn label_categories<DB: DrawingBackend>(
 fn latency_chart(step: &str, series: &[(usize, &str, &Row)]) -> Result<Option<Chart>, BenchError> {
     let stem = format!("latency-{step}");
     let title = format!("{step}: latency percentiles (µs, log scale)");
-    let pts: Vec<(usize, &str, Vec<(f64, f64)>)> = series
+    type Series<'a> = (usize, &'a str, Vec<(f64, f64)>);
+    let pts: Vec<Series> = series
         .iter()
         .map(|(ci, n, r)| {
             let v: Vec<(f64, f64)> = [r.p50, r.p99, r.p999, r.p9999]
@@ -220,7 +248,13 @@ fn latency_chart(step: &str, series: &[(usize, &str, &Row)]) -> Result<Option<Ch
                 }
             })
             .y_desc("µs")
-            .y_label_formatter(&|v| if *v >= 10.0 { format!("{v:.0}") } else { format!("{v:.2}") })
+            .y_label_formatter(&|v| {
+                if *v >= 10.0 {
+                    format!("{v:.0}")
+                } else {
+                    format!("{v:.2}")
+                }
+            })
             .draw()
             .map_err(|e| err(&stem, e))?;
         for (ci, name, p) in &pts {
@@ -229,7 +263,9 @@ fn latency_chart(step: &str, series: &[(usize, &str, &Row)]) -> Result<Option<Ch
                 .draw_series(LineSeries::new(p.clone(), c.stroke_width(2)))
                 .map_err(|e| err(&stem, e))?
                 .label(name.to_string())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                });
             chart
                 .draw_series(p.iter().map(|q| Circle::new(*q, 4, c.filled())))
                 .map_err(|e| err(&stem, e))?;
@@ -243,7 +279,11 @@ fn latency_chart(step: &str, series: &[(usize, &str, &Row)]) -> Result<Option<Ch
             .map_err(|e| err(&stem, e))?;
         root.present().map_err(|e| err(&stem, e))?;
     }
-    Ok(Some(Chart { file_stem: stem, title, svg }))
+    Ok(Some(Chart {
+        file_stem: stem,
+        title,
+        svg,
+    }))
 }
 
 fn is_read_step(step: &str) -> bool {
@@ -252,8 +292,12 @@ fn is_read_step(step: &str) -> bool {
 
 /// All charts of a report, in the order the HTML shows them.
 pub fn render_all(report: &Report) -> Result<Vec<Chart>, BenchError> {
-    let engines: Vec<(usize, &super::EngineRun)> =
-        report.engines.iter().enumerate().filter(|(_, e)| e.label != "fio").collect();
+    let engines: Vec<(usize, &super::EngineRun)> = report
+        .engines
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.label != "fio")
+        .collect();
     let steps: Vec<String> = engines
         .first()
         .map(|(_, e)| e.rows.iter().map(|r| r.step.clone()).collect())
@@ -265,24 +309,63 @@ pub fn render_all(report: &Report) -> Result<Vec<Chart>, BenchError> {
     let amp = |f: fn(&Row) -> Option<f64>| -> Vec<(usize, String, Vec<Option<f64>>)> {
         engines
             .iter()
-            .map(|(ci, e)| (*ci, e.label.clone(), steps.iter().map(|s| row(e, s).and_then(|r| f(&r))).collect()))
+            .map(|(ci, e)| {
+                (
+                    *ci,
+                    e.label.clone(),
+                    steps
+                        .iter()
+                        .map(|s| row(e, s).and_then(|r| f(&r)))
+                        .collect(),
+                )
+            })
             .collect()
     };
     let wsteps: Vec<String> = steps
         .iter()
-        .filter(|s| engines.iter().any(|(_, e)| row(e, s).and_then(|r| r.write_amp).is_some()))
+        .filter(|s| {
+            engines
+                .iter()
+                .any(|(_, e)| row(e, s).and_then(|r| r.write_amp).is_some())
+        })
         .cloned()
         .collect();
     let wa: Vec<(usize, String, Vec<Option<f64>>)> = engines
         .iter()
-        .map(|(ci, e)| (*ci, e.label.clone(), wsteps.iter().map(|s| row(e, s).and_then(|r| r.write_amp)).collect()))
+        .map(|(ci, e)| {
+            (
+                *ci,
+                e.label.clone(),
+                wsteps
+                    .iter()
+                    .map(|s| row(e, s).and_then(|r| r.write_amp))
+                    .collect(),
+            )
+        })
         .collect();
-    charts.push(grouped_bars("write-amp", "Write-amp (device bytes written / user bytes)", "write-amp", &wsteps, &wa, Some(1.0))?);
-    charts.push(grouped_bars("space-amp", "Space-amp after each step (disk bytes / live bytes)", "space-amp", &steps, &amp(|r| r.space_amp), Some(1.0))?);
+    charts.push(grouped_bars(
+        "write-amp",
+        "Write-amp (device bytes written / user bytes)",
+        "write-amp",
+        &wsteps,
+        &wa,
+        Some(1.0),
+    )?);
+    charts.push(grouped_bars(
+        "space-amp",
+        "Space-amp after each step (disk bytes / live bytes)",
+        "space-amp",
+        &steps,
+        &amp(|r| r.space_amp),
+        Some(1.0),
+    )?);
 
     // Throughput as a fraction of the device limit measured by fio.
     let fio = report.engines.iter().find(|e| e.label == "fio");
-    let fio_val = |name: &str, f: fn(&Row) -> Option<f64>| fio.and_then(|e| e.rows.iter().find(|r| r.step == name)).and_then(f);
+    let fio_val = |name: &str, f: fn(&Row) -> Option<f64>| {
+        fio.and_then(|e| e.rows.iter().find(|r| r.step == name))
+            .and_then(f)
+    };
     let rr32 = fio_val("randread-4k-qd32", |r| r.ops_sec);
     let seqw = fio_val("write-1m", |r| r.mb_sec);
     if rr32.is_some() || seqw.is_some() {
@@ -305,7 +388,7 @@ pub fn render_all(report: &Report) -> Result<Vec<Chart>, BenchError> {
             .collect();
         charts.push(grouped_bars(
             "fraction-of-fio",
-            "Fraction of fio: reads ops/s ÷ 4K randread QD32 IOPS; writes MB/s ÷ 1M seq write MB/s",
+            "Throughput as a fraction of fio's device limit",
             "fraction",
             &steps,
             &frac,

@@ -123,13 +123,18 @@ pub fn summary_tsv(report: &Report) -> String {
 }
 
 fn opt(v: Option<f64>, d: usize) -> String {
-    v.filter(|x| x.is_finite()).map(|x| format!("{x:.d$}")).unwrap_or_else(|| "-".into())
+    v.filter(|x| x.is_finite())
+        .map(|x| format!("{x:.d$}"))
+        .unwrap_or_else(|| "-".into())
 }
 
 /// The one-line summary per engine and step (format documented in bench/README.md):
 /// `ENGINE STEP: OPS ops/s MB MB/s lat us p50 A p99 B p99.9 C p99.99 D; w-amp W s-amp S; dev B/op write X read Y; cpu C us/op; rss R MiB; disk D MiB; stall P%`
 pub fn one_line_summary(r: &Row) -> String {
-    let mib = |b: Option<u64>| b.map(|x| format!("{:.1}", x as f64 / 1048576.0)).unwrap_or_else(|| "-".into());
+    let mib = |b: Option<u64>| {
+        b.map(|x| format!("{:.1}", x as f64 / 1048576.0))
+            .unwrap_or_else(|| "-".into())
+    };
     format!(
         "{} {}: {} ops/s {} MB/s lat us p50 {} p99 {} p99.9 {} p99.99 {}; w-amp {} s-amp {}; dev B/op write {} read {}; cpu {} us/op; rss {} MiB; disk {} MiB; stall {}%",
         r.engine,
@@ -151,12 +156,34 @@ pub fn one_line_summary(r: &Row) -> String {
     )
 }
 
+/// `num=20000, key_size=16, ...` from the suite's sizes.
+pub fn spec_text(spec: &SuiteSpec) -> String {
+    match serde_json::to_value(spec) {
+        Ok(serde_json::Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| {
+                format!(
+                    "{k}={}",
+                    v.as_str()
+                        .map(String::from)
+                        .unwrap_or_else(|| v.to_string())
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => String::new(),
+    }
+}
+
 /// Lines naming versions, flags, machine and date (shared by Markdown and HTML).
 pub fn header_facts(report: &Report) -> Vec<(String, String)> {
     let m = &report.machine;
     let mut v = vec![
         ("Date".to_string(), report.date.clone()),
-        ("Suite".to_string(), format!("{} ({})", report.suite, serde_json::to_string(&report.spec).unwrap_or_default())),
+        (
+            "Suite".to_string(),
+            format!("{}: {}", report.suite, spec_text(&report.spec)),
+        ),
         ("basalt-bench".to_string(), report.bench_version.clone()),
     ];
     for e in &report.engines {
@@ -209,11 +236,13 @@ pub fn write_report(report: &Report, dir: &Path) -> Result<(), BenchError> {
     w("summary.tsv", &summary_tsv(report))?;
     w(
         "report.json",
-        &serde_json::to_string_pretty(report).map_err(|e| BenchError::malformed("report", e.to_string()))?,
+        &serde_json::to_string_pretty(report)
+            .map_err(|e| BenchError::malformed("report", e.to_string()))?,
     )?;
     let charts = charts::render_all(report)?;
     let cdir = dir.join("charts");
-    std::fs::create_dir_all(&cdir).map_err(|e| BenchError::io(format!("create {}", cdir.display()), e))?;
+    std::fs::create_dir_all(&cdir)
+        .map_err(|e| BenchError::io(format!("create {}", cdir.display()), e))?;
     for c in &charts {
         w(&format!("charts/{}.svg", c.file_stem), &c.svg)?;
     }

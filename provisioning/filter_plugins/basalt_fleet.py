@@ -1,0 +1,68 @@
+# -*- coding: utf-8 -*-
+"""Controller-side filters: collecting verify findings and building fleet reports."""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+
+def basalt_findings(variables, roles, kind):
+    """['role: message', ...] from the `<role>_verify_<kind>` lists each role's verify set."""
+    out = []
+    for role in roles:
+        for msg in variables.get("%s_verify_%s" % (role, kind)) or []:
+            out.append("%s: %s" % (role, msg))
+    return out
+
+
+def _job_summary(job):
+    row = {"job": job.get("jobname", "?")}
+    for op in ("read", "write"):
+        side = job.get(op) or {}
+        row["%s_iops" % op] = round(float(side.get("iops", 0.0)), 1)
+        row["%s_bw_kib" % op] = int(side.get("bw", 0))
+        pct = ((side.get("clat_ns") or {}).get("percentile") or {})
+        p99 = pct.get("99.000000")
+        row["%s_p99_us" % op] = round(p99 / 1000.0, 1) if p99 is not None else None
+    return row
+
+
+def fio_summary(fio_output):
+    """Rows (one per fio job) from fio --output-format=json output (text or parsed)."""
+    data = json.loads(fio_output) if isinstance(fio_output, str) else fio_output
+    if "jobs" not in data:
+        raise ValueError("not fio JSON output: no 'jobs' key")
+    return [_job_summary(job) for job in data["jobs"]]
+
+
+def fio_fleet_rows(results):
+    """[{host, job, read_iops, ...}] from {host: fio JSON text} of the whole fleet, sorted."""
+    rows = []
+    for host in sorted(results):
+        for row in fio_summary(results[host]):
+            row = dict(row)
+            row["host"] = host
+            rows.append(row)
+    return rows
+
+
+def fleet_spread(rows, field):
+    """(min, median, max, max/min) of one numeric field over the fleet; None when empty."""
+    values = sorted(r[field] for r in rows if r.get(field) is not None)
+    if not values:
+        return None
+    n = len(values)
+    median = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2.0
+    ratio = round(values[-1] / values[0], 3) if values[0] else None
+    return {"min": values[0], "median": median, "max": values[-1], "max_over_min": ratio}
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "basalt_findings": basalt_findings,
+            "fio_summary": fio_summary,
+            "fio_fleet_rows": fio_fleet_rows,
+            "fleet_spread": fleet_spread,
+        }

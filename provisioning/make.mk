@@ -1,0 +1,36 @@
+# provisioning/: Ansible for the Basalt fleet (see provisioning/README.md).
+
+PROVISIONING_PYTHON ?= /usr/bin/python3
+PROVISIONING_VENV := provisioning/.venv
+PROVISIONING_BIN := $(abspath $(PROVISIONING_VENV))/bin
+PROVISIONING_PLAYBOOKS := site.yml verify.yml bench.yml health.yml upgrade.yml
+
+.PHONY: provisioning-venv provisioning-lint provisioning-unit test-provisioning provisioning-cluster-test
+
+## provisioning-venv: controller venv (pinned ansible-core, ansible-lint, collections from PyPI)
+provisioning-venv: $(PROVISIONING_VENV)/.stamp
+
+$(PROVISIONING_VENV)/.stamp: provisioning/requirements.txt
+	rm -rf $(PROVISIONING_VENV)
+	$(PROVISIONING_PYTHON) -m venv $(PROVISIONING_VENV)
+	$(PROVISIONING_BIN)/pip install -q --disable-pip-version-check -r provisioning/requirements.txt
+	touch $@
+
+## provisioning-lint: syntax-check of every playbook and ansible-lint at the production profile
+provisioning-lint: provisioning-venv
+	cd provisioning && for p in $(PROVISIONING_PLAYBOOKS); do \
+	  PATH=$(PROVISIONING_BIN):$$PATH ansible-playbook -i inventory/example.yml --syntax-check $$p || exit 1; done
+	cd provisioning && PATH=$(PROVISIONING_BIN):$$PATH ansible-lint --profile production --strict
+
+## provisioning-unit: pytest for the live-state parsers and the fleet report builders
+provisioning-unit: provisioning-venv
+	cd provisioning && PATH=$(PROVISIONING_BIN):$$PATH python -m pytest -q tests/unit
+
+## provisioning-cluster-test: real nspawn cluster (root); DEB=path/to/basalt.deb adds the appliance
+provisioning-cluster-test: provisioning-venv
+	PATH=$(PROVISIONING_BIN):$$PATH provisioning/tests/run-cluster-test $(if $(DEB),--deb $(DEB))
+
+## test-provisioning: lint, unit tests, then the real cluster test
+test-provisioning: provisioning-lint provisioning-unit provisioning-cluster-test
+
+TEST_TARGETS += test-provisioning

@@ -173,7 +173,10 @@ fn duration_bounds_time_and_intervals_are_recorded() {
         "time, not --reads, bounds a --duration step"
     );
     assert!(r[1].background_writes > 0, "readwhilewriting runs a writer");
-    assert!(!r[1].intervals.is_empty(), "1-second throughput samples are recorded");
+    assert!(
+        !r[1].intervals.is_empty(),
+        "1-second throughput samples are recorded"
+    );
     assert!(r[2].found > 0);
     let csv = std::fs::read_to_string(&report).unwrap();
     assert!(csv.starts_with("secs_elapsed,interval_qps\n1,"), "{csv}");

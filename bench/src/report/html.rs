@@ -17,7 +17,7 @@ body{font-family:sans-serif;margin:24px;color:#222;max-width:1400px}\
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}\
 th{background:#f0f0f0}td:first-child,td:nth-child(2){text-align:left}\
 .warn{background:#fff3cd;border:1px solid #e0b000;padding:8px 12px;font-weight:bold}\
-.facts td{text-align:left;max-width:1100px}.wide{overflow-x:auto}.charts{display:flex;flex-wrap:wrap;gap:12px}.charts div{border:1px solid #ddd}\
+.facts td{text-align:left;max-width:1100px}.wide{overflow-x:auto}.charts{display:flex;flex-wrap:wrap;gap:12px}.charts{margin-bottom:12px}.charts div{border:1px solid #ddd}\
 pre{font-size:12px;background:#f7f7f7;padding:8px;overflow-x:auto}</style></head><body>",
     );
     s.push_str(&format!(
@@ -55,10 +55,31 @@ pre{font-size:12px;background:#f7f7f7;padding:8px;overflow-x:auto}</style></head
     for c in charts.iter().filter(|c| !per_step(c)) {
         s.push_str(&format!("<div title=\"{}\">{}</div>", esc(&c.title), c.svg));
     }
-    s.push_str("</div><h2>Per step: throughput per second and latency percentiles</h2><div class=\"charts\">");
-    for c in charts.iter().filter(per_step) {
-        s.push_str(&format!("<div title=\"{}\">{}</div>", esc(&c.title), c.svg));
+    s.push_str("</div><h2>Per step: throughput per second and latency percentiles</h2>");
+    let steps: Vec<String> = report
+        .engines
+        .first()
+        .map(|e| e.rows.iter().map(|r| r.step.clone()).collect())
+        .unwrap_or_default();
+    for step in &steps {
+        let mine: Vec<&Chart> = charts
+            .iter()
+            .filter(|c| {
+                c.file_stem == format!("throughput-{step}")
+                    || c.file_stem == format!("latency-{step}")
+            })
+            .collect();
+        if mine.is_empty() {
+            continue;
+        }
+        s.push_str("<div class=\"charts\">");
+        for c in mine {
+            s.push_str(&format!("<div title=\"{}\">{}</div>", esc(&c.title), c.svg));
+        }
+        s.push_str("</div>");
     }
+    let _ = per_step;
+    s.push_str("<div>");
     s.push_str("</div><h2>One line per step</h2><pre>");
     for e in &report.engines {
         for r in &e.rows {

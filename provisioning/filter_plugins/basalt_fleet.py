@@ -5,6 +5,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import os
 
 
 def basalt_findings(variables, roles, kind):
@@ -47,6 +48,15 @@ def fio_fleet_rows(results):
     return rows
 
 
+def bench_read_results(out_dir, hosts, filename):
+    """{host: text of out_dir/host/filename} for the hosts whose results were fetched."""
+    results = {}
+    for host in hosts:
+        with open(os.path.join(out_dir, host, filename)) as f:
+            results[host] = f.read()
+    return results
+
+
 def fleet_spread(rows, field):
     """(min, median, max, max/min) of one numeric field over the fleet; None when empty."""
     values = sorted(r[field] for r in rows if r.get(field) is not None)
@@ -65,4 +75,5 @@ class FilterModule(object):
             "fio_summary": fio_summary,
             "fio_fleet_rows": fio_fleet_rows,
             "fleet_spread": fleet_spread,
+            "bench_read_results": bench_read_results,
         }

@@ -34,6 +34,7 @@ fn fmt_value(v: f64) -> String {
 #[derive(Default)]
 struct Families {
     order: Vec<String>,
+    seen: std::collections::HashSet<String>,
     families: BTreeMap<String, (String, &'static str, Vec<String>)>,
 }
 
@@ -53,6 +54,10 @@ impl Families {
                 .collect();
             format!("{{{}}}", parts.join(","))
         };
+        // A series may appear once (engine stats keys can collide after sanitising).
+        if !self.seen.insert(format!("{name}{lbl}")) {
+            return;
+        }
         if let Some(f) = self.families.get_mut(name) {
             f.2.push(format!("{name}{lbl} {}", fmt_value(v)));
         }

@@ -31,7 +31,14 @@ def _job_summary(job):
 
 def fio_summary(fio_output):
     """Rows (one per fio job) from fio --output-format=json output (text or parsed)."""
-    data = json.loads(fio_output) if isinstance(fio_output, str) else fio_output
+    if isinstance(fio_output, str):
+        # fio may print notes ("fio: ...") ahead of the JSON document in its output file.
+        start = fio_output.find("{")
+        if start < 0:
+            raise ValueError("not fio JSON output: no JSON object found")
+        data = json.loads(fio_output[start:])
+    else:
+        data = fio_output
     if "jobs" not in data:
         raise ValueError("not fio JSON output: no 'jobs' key")
     return [_job_summary(job) for job in data["jobs"]]

@@ -3,7 +3,7 @@
 PROVISIONING_PYTHON ?= /usr/bin/python3
 PROVISIONING_VENV := provisioning/.venv
 PROVISIONING_BIN := $(abspath $(PROVISIONING_VENV))/bin
-PROVISIONING_PLAYBOOKS := site.yml verify.yml bench.yml health.yml upgrade.yml
+PROVISIONING_PLAYBOOKS := site.yml verify.yml bench.yml tests/cluster/refuse-format.yml
 
 .PHONY: provisioning-venv provisioning-lint provisioning-unit test-provisioning provisioning-cluster-test
 
@@ -26,9 +26,9 @@ provisioning-lint: provisioning-venv
 provisioning-unit: provisioning-venv
 	cd provisioning && PATH=$(PROVISIONING_BIN):$$PATH python -m pytest -q tests/unit
 
-## provisioning-cluster-test: real nspawn cluster (root); DEB=path/to/basalt.deb adds the appliance
+## provisioning-cluster-test: real three-node nspawn cluster (root)
 provisioning-cluster-test: provisioning-venv
-	PATH=$(PROVISIONING_BIN):$$PATH provisioning/tests/run-cluster-test $(if $(DEB),--deb $(DEB))
+	PATH=$(PROVISIONING_BIN):$$PATH provisioning/tests/run-cluster-test
 
 ## test-provisioning: lint, unit tests, then the real cluster test
 test-provisioning: provisioning-lint provisioning-unit provisioning-cluster-test

@@ -5,7 +5,6 @@ use crate::aligned::{AlignedBuf, PAGE};
 use crate::codec::align_up;
 use crate::db::Db;
 use crate::error::{Error, Result};
-use crate::index_run::decode_block_entries;
 use crate::io::{DataFile, IoCounters, IoMode};
 use crate::segment::{check_header, read_footer, scan_blocks, DATA_START};
 use crate::{Direction, Options};
@@ -129,25 +128,8 @@ pub fn check(path: &Path) -> Result<CheckReport> {
     let v = db.inner.version.read().clone();
     for run in &v.runs {
         rep.index_runs += 1;
-        match run.padding_damage() {
-            Ok(Some(at)) => rep.problems.push(format!("corruption in {} at offset {at}: non-zero byte in padding", run.path().display())),
-            Ok(None) => {}
-            Err(e) => rep.problems.push(e.to_string()),
-        }
-        for i in 0..run.block_count() {
-            rep.index_blocks += 1;
-            match run.block(i, false) {
-                Ok(b) => {
-                    let used = u32::from_le_bytes(b[8..12].try_into().unwrap()) as usize;
-                    if decode_block_entries(&b).is_none() {
-                        rep.problems.push(format!("corruption in {}: index block {i} entries malformed", run.path().display()));
-                    } else if let Some(at) = nonzero_at(&b[used..]) {
-                        rep.problems.push(format!("corruption in {}: non-zero byte in padding of index block {i} (byte {})", run.path().display(), used + at));
-                    }
-                }
-                Err(e) => rep.problems.push(e.to_string()),
-            }
-        }
+        rep.index_blocks += run.block_count() as u64;
+        rep.problems.extend(run.verify());
     }
     for name in db.list_collections() {
         let c = db.collection(&name)?;

@@ -48,7 +48,6 @@ impl Version {
 /// Counters the checkpoint needs, behind the metadata lock that serializes checkpoints.
 pub(crate) struct MetaState {
     pub next_run_id: u64,
-    pub next_mem_id: u64,
     pub purge_seqno: Seqno,
 }
 
@@ -86,6 +85,7 @@ pub(crate) struct Inner {
     pub gc_throttle_micros: AtomicU64,
     /// A collection was dropped: merge all runs to purge its entries.
     pub want_full_merge: AtomicBool,
+    pub next_mem_id: AtomicU64,
 }
 
 /// An open engine. Cheap to clone; the engine shuts down when the last clone drops.
@@ -410,7 +410,8 @@ impl Db {
             segments: RwLock::new(Arc::new(segments)),
             catalog: RwLock::new(catalog),
             garbage: Mutex::new(garbage),
-            meta: Mutex::new(MetaState { next_run_id: ckpt.next_run_id, next_mem_id: mem_id, purge_seqno: ckpt.purge_seqno }),
+            meta: Mutex::new(MetaState { next_run_id: ckpt.next_run_id, purge_seqno: ckpt.purge_seqno }),
+            next_mem_id: AtomicU64::new(mem_id),
             flush_lock: Mutex::new(()),
             gc_lock: Mutex::new(()),
             data_cache,
@@ -820,11 +821,9 @@ impl Inner {
             return Ok(());
         }
         w.seal_block(0)?;
-        let id = {
-            let mut m = self.meta.lock();
-            m.next_mem_id += 1;
-            m.next_mem_id
-        };
+        // Lock order: the writer lock is held here, so never take `meta` (checkpoints
+        // hold `meta` and read engine state).
+        let id = self.next_mem_id.fetch_add(1, Ordering::SeqCst);
         let start = LogPos { seg: w.seg.id, off: w.end() };
         let fresh = Arc::new(Memtable::new(id, start));
         {

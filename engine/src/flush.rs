@@ -65,7 +65,8 @@ pub fn write_checkpoint(inner: &Inner, meta: &MetaState) -> Result<()> {
     let v = inner.version.read().clone();
     let replay_from = v.imm.last().map(|m| m.start).unwrap_or(v.active.start);
     let segments: Vec<_> = inner.segments.read().keys().copied().collect();
-    let last_seqno = inner.writer.lock().next_seqno - 1;
+    // Every seqno in the runs is visible; replay covers anything newer.
+    let last_seqno = inner.visible_seqno.load(Ordering::SeqCst);
     let c = Checkpoint {
         last_seqno,
         replay_from,

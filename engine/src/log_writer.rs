@@ -19,8 +19,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 const WRITE_BUF: usize = 1 << 20;
-/// Extra room preallocated past `segment_size` for the footer and one oversized batch tail.
-const SEGMENT_SLACK: u64 = 2 << 20;
+
+/// Extra room preallocated past `segment_size` for the footer (≤ 33 bytes per block).
+fn segment_slack(size: u64) -> u64 {
+    size / 32 + (64 << 10)
+}
 
 pub struct LogWriter {
     pub seg: Arc<Segment>,
@@ -57,7 +60,7 @@ pub fn create_segment(
 ) -> Result<Arc<Segment>> {
     let path = segment_path(dir, id);
     let file = DataFile::open(&path, mode, true, counters)?;
-    let res = file.preallocate(size + SEGMENT_SLACK).and_then(|_| {
+    let res = file.preallocate(size + segment_slack(size)).and_then(|_| {
         file.write_aligned(&encode_header(id), 0)?;
         file.sync_data()
     });

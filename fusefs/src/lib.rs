@@ -1,0 +1,1 @@
+//! Basalt FUSE filesystem.

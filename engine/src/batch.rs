@@ -3,8 +3,15 @@
 /// One operation of a batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BatchOp {
-    Put { collection: String, key: Vec<u8>, value: Vec<u8> },
-    Delete { collection: String, key: Vec<u8> },
+    Put {
+        collection: String,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    Delete {
+        collection: String,
+        key: Vec<u8>,
+    },
 }
 
 /// An atomic group of writes: after a crash either all of it is there or none.
@@ -20,13 +27,20 @@ impl WriteBatch {
 
     /// Adds a put.
     pub fn put(&mut self, collection: &str, key: &[u8], value: &[u8]) -> &mut Self {
-        self.ops.push(BatchOp::Put { collection: collection.to_string(), key: key.to_vec(), value: value.to_vec() });
+        self.ops.push(BatchOp::Put {
+            collection: collection.to_string(),
+            key: key.to_vec(),
+            value: value.to_vec(),
+        });
         self
     }
 
     /// Adds a delete.
     pub fn delete(&mut self, collection: &str, key: &[u8]) -> &mut Self {
-        self.ops.push(BatchOp::Delete { collection: collection.to_string(), key: key.to_vec() });
+        self.ops.push(BatchOp::Delete {
+            collection: collection.to_string(),
+            key: key.to_vec(),
+        });
         self
     }
 

@@ -174,10 +174,18 @@ pub fn decode(bytes: &[u8], file: &Path, off: u64) -> crate::Result<(BlockHeader
         .ok_or_else(|| crate::Error::corruption(file, off, "bad block header"))?;
     let end = h.disk_len();
     let Some(body) = bytes.get(8..end) else {
-        return Err(crate::Error::corruption(file, off, "block extends past the data read"));
+        return Err(crate::Error::corruption(
+            file,
+            off,
+            "block extends past the data read",
+        ));
     };
     if crc32c::crc32c(body) != h.crc {
-        return Err(crate::Error::corruption(file, off, "block checksum mismatch"));
+        return Err(crate::Error::corruption(
+            file,
+            off,
+            "block checksum mismatch",
+        ));
     }
     let payload = &bytes[HEADER_LEN..end];
     let raw = match h.compression {
@@ -188,7 +196,11 @@ pub fn decode(bytes: &[u8], file: &Path, off: u64) -> crate::Result<(BlockHeader
             .map_err(|e| crate::Error::corruption(file, off, format!("zstd: {e}")))?,
     };
     if raw.len() != h.raw_len as usize {
-        return Err(crate::Error::corruption(file, off, "decompressed length mismatch"));
+        return Err(crate::Error::corruption(
+            file,
+            off,
+            "decompressed length mismatch",
+        ));
     }
     Ok((h, raw))
 }
@@ -202,7 +214,14 @@ mod tests {
     fn rec(seqno: u64, key: &[u8], value: &[u8]) -> RecordRef<'static> {
         let key: &'static [u8] = Box::leak(key.to_vec().into_boxed_slice());
         let value: &'static [u8] = Box::leak(value.to_vec().into_boxed_slice());
-        RecordRef { kind: Kind::Put, reloc: false, coll: 1, seqno, key, value }
+        RecordRef {
+            kind: Kind::Put,
+            reloc: false,
+            coll: 1,
+            seqno,
+            key,
+            value,
+        }
     }
 
     #[test]
@@ -215,11 +234,19 @@ mod tests {
             let mut out = Vec::new();
             b.seal_into(&mut out, c, FLAG_CONTINUES);
             let (h, raw) = decode(&out, Path::new("t"), 0).unwrap();
-            assert_eq!((h.nrecs, h.min_seqno, h.max_seqno, h.flags), (50, 100, 149, FLAG_CONTINUES));
+            assert_eq!(
+                (h.nrecs, h.min_seqno, h.max_seqno, h.flags),
+                (50, 100, 149, FLAG_CONTINUES)
+            );
             if c != Compression::None {
-                assert!(h.payload_len < h.raw_len, "{c:?} should compress repeated bytes");
+                assert!(
+                    h.payload_len < h.raw_len,
+                    "{c:?} should compress repeated bytes"
+                );
             }
-            let recs: Vec<_> = record::RecordIter::new(&raw).map(|r| r.unwrap().1.seqno).collect();
+            let recs: Vec<_> = record::RecordIter::new(&raw)
+                .map(|r| r.unwrap().1.seqno)
+                .collect();
             assert_eq!(recs, (100..150).collect::<Vec<_>>());
         }
     }
@@ -233,7 +260,10 @@ mod tests {
         for bit in 0..out.len() * 8 {
             let mut c = out.clone();
             c[bit / 8] ^= 1 << (bit % 8);
-            assert!(decode(&c, Path::new("t"), 0).is_err(), "flip of bit {bit} not detected");
+            assert!(
+                decode(&c, Path::new("t"), 0).is_err(),
+                "flip of bit {bit} not detected"
+            );
         }
     }
 

@@ -34,7 +34,8 @@ impl Bloom {
 
     /// False means definitely absent.
     pub fn may_contain(&self, h: u64) -> bool {
-        probes(h, self.k, self.nbits).all(|pos| self.bits[(pos / 64) as usize] & (1 << (pos % 64)) != 0)
+        probes(h, self.k, self.nbits)
+            .all(|pos| self.bits[(pos / 64) as usize] & (1 << (pos % 64)) != 0)
     }
 
     /// Memory used.
@@ -57,7 +58,9 @@ impl Bloom {
         if nbits == 0 || nbits % 64 != 0 || k == 0 || k > 30 || nbits / 8 > r.remaining() as u64 {
             return None;
         }
-        let bits = (0..nbits / 64).map(|_| r.u64()).collect::<Option<Vec<_>>>()?;
+        let bits = (0..nbits / 64)
+            .map(|_| r.u64())
+            .collect::<Option<Vec<_>>>()?;
         Some(Bloom { bits, nbits, k })
     }
 }
@@ -74,10 +77,14 @@ mod tests {
 
     #[test]
     fn no_false_negatives_and_few_false_positives() {
-        let hs: Vec<u64> = (0..10_000u32).map(|i| key_hash(1, &i.to_be_bytes())).collect();
+        let hs: Vec<u64> = (0..10_000u32)
+            .map(|i| key_hash(1, &i.to_be_bytes()))
+            .collect();
         let b = Bloom::build(&hs, 10);
         assert!(hs.iter().all(|&h| b.may_contain(h)));
-        let fp = (10_000..110_000u32).filter(|i| b.may_contain(key_hash(1, &i.to_be_bytes()))).count();
+        let fp = (10_000..110_000u32)
+            .filter(|i| b.may_contain(key_hash(1, &i.to_be_bytes())))
+            .count();
         assert!(fp < 2_500, "false positive rate {fp}/100000 above 2.5%");
         let mut enc = Vec::new();
         b.encode(&mut enc);

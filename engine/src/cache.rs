@@ -38,7 +38,13 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
         ClockCache {
             shards: (0..SHARDS)
                 .map(|_| {
-                    Mutex::new(Shard { map: HashMap::new(), slots: Vec::new(), free: Vec::new(), hand: 0, used: 0 })
+                    Mutex::new(Shard {
+                        map: HashMap::new(),
+                        slots: Vec::new(),
+                        free: Vec::new(),
+                        hand: 0,
+                        used: 0,
+                    })
                 })
                 .collect(),
             cap_per_shard: (capacity / SHARDS).max(1),
@@ -104,7 +110,12 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
                 }
             }
         }
-        let slot = Slot { key: k.clone(), val: v, charge, referenced: false };
+        let slot = Slot {
+            key: k.clone(),
+            val: v,
+            charge,
+            referenced: false,
+        };
         let i = match s.free.pop() {
             Some(i) => {
                 s.slots[i] = Some(slot);

@@ -14,9 +14,19 @@ pub const MAX_COLLECTION_NAME: usize = 255;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 pub enum CatalogOp {
-    Create { name: String, id: CollId },
-    Drop { name: String, id: CollId },
-    Rename { from: String, to: String, id: CollId },
+    Create {
+        name: String,
+        id: CollId,
+    },
+    Drop {
+        name: String,
+        id: CollId,
+    },
+    Rename {
+        from: String,
+        to: String,
+        id: CollId,
+    },
 }
 
 /// Name ↔ id map of live collections.
@@ -30,7 +40,12 @@ pub struct Catalog {
 
 /// Checks a collection name: non-empty, at most 255 bytes, no `/` or NUL, not `.`/`..`.
 pub fn validate_name(name: &str) -> Result<()> {
-    let bad = |reason| Err(Error::InvalidCollectionName { name: name.to_string(), reason });
+    let bad = |reason| {
+        Err(Error::InvalidCollectionName {
+            name: name.to_string(),
+            reason,
+        })
+    };
     if name.is_empty() {
         return bad("empty");
     }
@@ -48,15 +63,24 @@ pub fn validate_name(name: &str) -> Result<()> {
 
 impl Catalog {
     pub fn new() -> Self {
-        Catalog { next_id: 1, ..Default::default() }
+        Catalog {
+            next_id: 1,
+            ..Default::default()
+        }
     }
 
     pub fn id(&self, name: &str) -> Result<CollId> {
-        self.by_name.get(name).copied().ok_or_else(|| Error::UnknownCollection(name.to_string()))
+        self.by_name
+            .get(name)
+            .copied()
+            .ok_or_else(|| Error::UnknownCollection(name.to_string()))
     }
 
     pub fn name_of(&self, id: CollId) -> Option<&str> {
-        self.by_name.iter().find(|(_, &i)| i == id).map(|(n, _)| n.as_str())
+        self.by_name
+            .iter()
+            .find(|(_, &i)| i == id)
+            .map(|(n, _)| n.as_str())
     }
 
     pub fn is_live(&self, id: CollId) -> bool {
@@ -69,11 +93,17 @@ impl Catalog {
         if self.by_name.contains_key(name) {
             return Err(Error::CollectionExists(name.to_string()));
         }
-        Ok(CatalogOp::Create { name: name.to_string(), id: self.next_id })
+        Ok(CatalogOp::Create {
+            name: name.to_string(),
+            id: self.next_id,
+        })
     }
 
     pub fn plan_drop(&self, name: &str) -> Result<CatalogOp> {
-        Ok(CatalogOp::Drop { name: name.to_string(), id: self.id(name)? })
+        Ok(CatalogOp::Drop {
+            name: name.to_string(),
+            id: self.id(name)?,
+        })
     }
 
     pub fn plan_rename(&self, from: &str, to: &str) -> Result<CatalogOp> {
@@ -82,7 +112,11 @@ impl Catalog {
         if self.by_name.contains_key(to) {
             return Err(Error::CollectionExists(to.to_string()));
         }
-        Ok(CatalogOp::Rename { from: from.to_string(), to: to.to_string(), id })
+        Ok(CatalogOp::Rename {
+            from: from.to_string(),
+            to: to.to_string(),
+            id,
+        })
     }
 
     /// Applies a logged change (idempotent for replay).
@@ -119,14 +153,27 @@ mod tests {
         c.apply(&op);
         c.apply(&op);
         assert_eq!(c.id("users").unwrap(), 1);
-        assert!(matches!(c.plan_create("users"), Err(Error::CollectionExists(_))));
+        assert!(matches!(
+            c.plan_create("users"),
+            Err(Error::CollectionExists(_))
+        ));
         let r = c.plan_rename("users", "people").unwrap();
         c.apply(&r);
         assert!(c.id("users").is_err());
         let d = c.plan_drop("people").unwrap();
         c.apply(&d);
         assert!(c.dropped.contains(&1) && c.by_name.is_empty());
-        assert_eq!(c.plan_create("x").unwrap(), CatalogOp::Create { name: "x".into(), id: 2 });
-        assert!(validate_name("a/b").is_err() && validate_name("").is_err() && validate_name(&"x".repeat(256)).is_err());
+        assert_eq!(
+            c.plan_create("x").unwrap(),
+            CatalogOp::Create {
+                name: "x".into(),
+                id: 2
+            }
+        );
+        assert!(
+            validate_name("a/b").is_err()
+                && validate_name("").is_err()
+                && validate_name(&"x".repeat(256)).is_err()
+        );
     }
 }

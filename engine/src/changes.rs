@@ -58,17 +58,43 @@ impl ChangeIter {
         for s in segs.values() {
             for b in s.blocks.read().iter() {
                 if b.max_seqno > since && b.min_seqno <= upto {
-                    srcs.push(BlockSrc { seg: s.clone(), info: *b, recs: None });
+                    srcs.push(BlockSrc {
+                        seg: s.clone(),
+                        info: *b,
+                        recs: None,
+                    });
                 }
             }
         }
-        let heap = srcs.iter().enumerate().map(|(i, s)| Reverse((s.info.min_seqno.max(since + 1), i))).collect();
-        Ok(ChangeIter { inner, coll, since, upto, _segs: segs, srcs, heap, last: since, failed: false })
+        let heap = srcs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Reverse((s.info.min_seqno.max(since + 1), i)))
+            .collect();
+        Ok(ChangeIter {
+            inner,
+            coll,
+            since,
+            upto,
+            _segs: segs,
+            srcs,
+            heap,
+            last: since,
+            failed: false,
+        })
     }
 
     fn load(&mut self, i: usize) -> Result<()> {
         let src = &self.srcs[i];
-        let payload = match self.inner.block_payload(&src.seg, crate::entry::Location { seg: src.seg.id, off: src.info.off, len: src.info.len }, None)? {
+        let payload = match self.inner.block_payload(
+            &src.seg,
+            crate::entry::Location {
+                seg: src.seg.id,
+                off: src.info.off,
+                len: src.info.len,
+            },
+            None,
+        )? {
             crate::db::BlockPayload::Raw(p) => p,
             crate::db::BlockPayload::Value(_) => unreachable!("no record requested"),
         };
@@ -76,7 +102,13 @@ impl ChangeIter {
         let catalog = self.inner.catalog.read();
         let mut recs = Vec::new();
         for item in RecordIter::new(&payload) {
-            let (_, r) = item.map_err(|at| crate::Error::corruption(src.seg.file.path(), src.info.off, format!("record at payload offset {at} malformed")))?;
+            let (_, r) = item.map_err(|at| {
+                crate::Error::corruption(
+                    src.seg.file.path(),
+                    src.info.off,
+                    format!("record at payload offset {at} malformed"),
+                )
+            })?;
             if r.kind == Kind::Catalog || r.seqno <= self.since || r.seqno > self.upto {
                 continue;
             }
@@ -86,7 +118,16 @@ impl ChangeIter {
             if garbage.is_dead(src.seg.id, src.info.off, r.seqno) {
                 continue;
             }
-            recs.push((r.seqno, OwnedRecord { kind: r.kind, coll: r.coll, seqno: r.seqno, key: r.key.to_vec(), value: r.value.to_vec() }));
+            recs.push((
+                r.seqno,
+                OwnedRecord {
+                    kind: r.kind,
+                    coll: r.coll,
+                    seqno: r.seqno,
+                    key: r.key.to_vec(),
+                    value: r.value.to_vec(),
+                },
+            ));
         }
         recs.sort_by_key(|r| r.0);
         self.srcs[i].recs = Some(recs.into());
@@ -102,7 +143,9 @@ impl ChangeIter {
                 }
                 continue;
             }
-            let Some((seqno, rec)) = self.srcs[i].recs.as_mut().and_then(|r| r.pop_front()) else { continue };
+            let Some((seqno, rec)) = self.srcs[i].recs.as_mut().and_then(|r| r.pop_front()) else {
+                continue;
+            };
             if let Some((s, _)) = self.srcs[i].recs.as_ref().and_then(|r| r.front()) {
                 self.heap.push(Reverse((*s, i)));
             } else {
@@ -112,7 +155,13 @@ impl ChangeIter {
                 continue; // a GC copy of a record already emitted
             }
             self.last = seqno;
-            let collection = self.inner.catalog.read().name_of(rec.coll).unwrap_or_default().to_string();
+            let collection = self
+                .inner
+                .catalog
+                .read()
+                .name_of(rec.coll)
+                .unwrap_or_default()
+                .to_string();
             return Ok(Some(Change {
                 seqno,
                 collection,

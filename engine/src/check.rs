@@ -39,10 +39,21 @@ fn nonzero_at(b: &[u8]) -> Option<usize> {
 /// open elsewhere for the result to be meaningful.
 pub fn check(path: &Path) -> Result<CheckReport> {
     if !path.is_dir() {
-        return Err(Error::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "data directory does not exist")));
+        return Err(Error::io(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "data directory does not exist",
+            ),
+        ));
     }
     let mut rep = CheckReport::default();
-    let opts = Options { direct_io: false, background_gc: false, create_if_missing: false, ..Options::default() };
+    let opts = Options {
+        direct_io: false,
+        background_gc: false,
+        create_if_missing: false,
+        ..Options::default()
+    };
     let db = match Db::open_read_only(path, opts) {
         Ok(db) => db,
         Err(e) => {
@@ -63,7 +74,10 @@ pub fn check(path: &Path) -> Result<CheckReport> {
             continue;
         }
         if let Some(at) = nonzero_at(&hdr[20..]) {
-            rep.problems.push(format!("corruption in {p} at offset {}: non-zero byte in header padding", 20 + at));
+            rep.problems.push(format!(
+                "corruption in {p} at offset {}: non-zero byte in header padding",
+                20 + at
+            ));
         }
         let footer = match read_footer(&file) {
             Ok(f) => f,
@@ -74,9 +88,7 @@ pub fn check(path: &Path) -> Result<CheckReport> {
         };
         let limit = footer.as_ref().map(|f| f.1);
         let scan = scan_blocks(&file, DATA_START, limit, |off, _, bytes| {
-            if let Err(e) = crate::block::decode(bytes, file.path(), off) {
-                return Err(e);
-            }
+            crate::block::decode(bytes, file.path(), off)?;
             Ok(())
         });
         let scan = match scan {
@@ -88,12 +100,17 @@ pub fn check(path: &Path) -> Result<CheckReport> {
         };
         rep.blocks += scan.blocks.len() as u64;
         if let Some(reason) = &scan.stop_reason {
-            rep.problems.push(format!("corruption in {p} at offset {}: {reason}", scan.committed_end));
+            rep.problems.push(format!(
+                "corruption in {p} at offset {}: {reason}",
+                scan.committed_end
+            ));
         }
         let expected = seg.blocks.read().clone();
         if let Some((fblocks, data_end)) = &footer {
             if *fblocks != scan.blocks {
-                rep.problems.push(format!("corruption in {p}: footer block list disagrees with the blocks found"));
+                rep.problems.push(format!(
+                    "corruption in {p}: footer block list disagrees with the blocks found"
+                ));
             }
             // Zero padding between the data end and the footer, and inside the footer.
             let foff = align_up(*data_end, PAGE as u64);
@@ -103,15 +120,27 @@ pub fn check(path: &Path) -> Result<CheckReport> {
             file.read_full(&mut tail, start)?;
             let gap = &tail[(*data_end - start) as usize..(foff - start) as usize];
             if let Some(at) = nonzero_at(gap) {
-                rep.problems.push(format!("corruption in {p} at offset {}: non-zero byte after the last block", data_end + at as u64));
+                rep.problems.push(format!(
+                    "corruption in {p} at offset {}: non-zero byte after the last block",
+                    data_end + at as u64
+                ));
             }
             let footer_bytes = &tail[(foff - start) as usize..];
             let body = 8 + 4 + 8 + fblocks.len() * 33 + 4;
-            if let Some(at) = nonzero_at(&footer_bytes[body.min(footer_bytes.len())..footer_bytes.len() - 16]) {
-                rep.problems.push(format!("corruption in {p} at offset {}: non-zero byte in footer padding", foff + (body + at) as u64));
+            if let Some(at) =
+                nonzero_at(&footer_bytes[body.min(footer_bytes.len())..footer_bytes.len() - 16])
+            {
+                rep.problems.push(format!(
+                    "corruption in {p} at offset {}: non-zero byte in footer padding",
+                    foff + (body + at) as u64
+                ));
             }
         } else if expected.len() != scan.blocks.len() {
-            rep.problems.push(format!("corruption in {p}: tail holds {} blocks, the engine recovered {}", scan.blocks.len(), expected.len()));
+            rep.problems.push(format!(
+                "corruption in {p}: tail holds {} blocks, the engine recovered {}",
+                scan.blocks.len(),
+                expected.len()
+            ));
         } else {
             let end = scan.committed_end;
             let len = file.len()?;
@@ -120,7 +149,10 @@ pub fn check(path: &Path) -> Result<CheckReport> {
                 let mut t = AlignedBuf::zeroed((align_up(len, PAGE as u64) - start) as usize);
                 let n = file.read_full(&mut t, start)?;
                 if let Some(at) = nonzero_at(&t[(end - start) as usize..n]) {
-                    rep.problems.push(format!("corruption in {p} at offset {}: non-zero byte after the last block", end + at as u64));
+                    rep.problems.push(format!(
+                        "corruption in {p} at offset {}: non-zero byte after the last block",
+                        end + at as u64
+                    ));
                 }
             }
         }

@@ -64,7 +64,11 @@ pub fn decode(b: &[u8], path: &Path) -> Result<Checkpoint> {
     }
     let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
     if version != CHECKPOINT_VERSION {
-        return Err(Error::FormatVersion { file: path.to_path_buf(), found: version, supported: CHECKPOINT_VERSION });
+        return Err(Error::FormatVersion {
+            file: path.to_path_buf(),
+            found: version,
+            supported: CHECKPOINT_VERSION,
+        });
     }
     let len = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
     let crc = u32::from_le_bytes(b[16..20].try_into().unwrap());

@@ -16,7 +16,9 @@ use crate::log_writer::{create_segment, LogWriter};
 use crate::memtable::Memtable;
 use crate::options::{Durability, Options};
 use crate::record::{CollId, Kind, RecordIter, RecordRef, Seqno};
-use crate::segment::{check_header, parse_segment_name, read_footer, scan_blocks, segment_path, SegId, DATA_START};
+use crate::segment::{
+    check_header, parse_segment_name, read_footer, scan_blocks, segment_path, SegId, DATA_START,
+};
 use crate::segments::{DataCache, Segment, SegmentMap};
 use crate::stats::StatCounters;
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -141,10 +143,16 @@ pub(crate) enum CommitOps<'a> {
 
 fn validate_kv(key: &[u8], value: &[u8]) -> Result<()> {
     if key.len() > MAX_KEY_LEN {
-        return Err(Error::KeyTooLarge { len: key.len(), max: MAX_KEY_LEN });
+        return Err(Error::KeyTooLarge {
+            len: key.len(),
+            max: MAX_KEY_LEN,
+        });
     }
     if value.len() > MAX_VALUE_LEN {
-        return Err(Error::ValueTooLarge { len: value.len(), max: MAX_VALUE_LEN });
+        return Err(Error::ValueTooLarge {
+            len: value.len(),
+            max: MAX_VALUE_LEN,
+        });
     }
     Ok(())
 }
@@ -165,17 +173,33 @@ impl Db {
         opts.validate()?;
         if !dir.exists() {
             if !opts.create_if_missing || read_only {
-                return Err(Error::io(dir, std::io::Error::new(std::io::ErrorKind::NotFound, "data directory does not exist")));
+                return Err(Error::io(
+                    dir,
+                    std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "data directory does not exist",
+                    ),
+                ));
             }
             std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         }
-        let lock = if read_only { None } else { Some(DirLock::acquire(dir)?) };
+        let lock = if read_only {
+            None
+        } else {
+            Some(DirLock::acquire(dir)?)
+        };
         let io_mode = if opts.direct_io && probe_direct_io(dir) {
             IoMode::Direct
         } else {
             if opts.direct_io {
-                tracing::warn!("O_DIRECT is not supported on {}: using buffered IO", dir.display());
-                eprintln!("basalt: warning: O_DIRECT is not supported on {}; falling back to buffered IO", dir.display());
+                tracing::warn!(
+                    "O_DIRECT is not supported on {}: using buffered IO",
+                    dir.display()
+                );
+                eprintln!(
+                    "basalt: warning: O_DIRECT is not supported on {}; falling back to buffered IO",
+                    dir.display()
+                );
             }
             IoMode::Buffered
         };
@@ -190,16 +214,33 @@ impl Db {
                 let has_data = std::fs::read_dir(dir)
                     .map_err(|e| Error::io(dir, e))?
                     .flatten()
-                    .any(|e| e.file_name().to_str().is_some_and(|n| parse_segment_name(n).is_some()));
+                    .any(|e| {
+                        e.file_name()
+                            .to_str()
+                            .is_some_and(|n| parse_segment_name(n).is_some())
+                    });
                 if has_data {
-                    return Err(Error::corruption(checkpoint::checkpoint_path(dir), 0, "CHECKPOINT is missing but segment files exist"));
+                    return Err(Error::corruption(
+                        checkpoint::checkpoint_path(dir),
+                        0,
+                        "CHECKPOINT is missing but segment files exist",
+                    ));
                 }
                 if read_only {
-                    return Err(Error::io(dir, std::io::Error::new(std::io::ErrorKind::NotFound, "not a Basalt data directory (no CHECKPOINT)")));
+                    return Err(Error::io(
+                        dir,
+                        std::io::Error::new(
+                            std::io::ErrorKind::NotFound,
+                            "not a Basalt data directory (no CHECKPOINT)",
+                        ),
+                    ));
                 }
                 let c = Checkpoint {
                     last_seqno: 0,
-                    replay_from: LogPos { seg: 1, off: DATA_START },
+                    replay_from: LogPos {
+                        seg: 1,
+                        off: DATA_START,
+                    },
                     runs: vec![],
                     segments: vec![],
                     deletes_len: 0,
@@ -215,7 +256,10 @@ impl Db {
         // Files on disk.
         let mut seg_files = Vec::new();
         let mut run_files = Vec::new();
-        for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?.flatten() {
+        for e in std::fs::read_dir(dir)
+            .map_err(|e| Error::io(dir, e))?
+            .flatten()
+        {
             let name = e.file_name();
             let Some(name) = name.to_str() else { continue };
             if let Some(id) = parse_segment_name(name) {
@@ -233,7 +277,11 @@ impl Db {
             .collect();
         for id in &ckpt.segments {
             if !seg_files.contains(id) {
-                return Err(Error::corruption(segment_path(dir, *id), 0, "segment listed in CHECKPOINT is missing"));
+                return Err(Error::corruption(
+                    segment_path(dir, *id),
+                    0,
+                    "segment listed in CHECKPOINT is missing",
+                ));
             }
         }
         if !read_only {
@@ -248,7 +296,9 @@ impl Db {
         let runs = ckpt
             .runs
             .iter()
-            .map(|&id| Run::open(dir, id, io_mode, counters.clone(), index_cache.clone()).map(Arc::new))
+            .map(|&id| {
+                Run::open(dir, id, io_mode, counters.clone(), index_cache.clone()).map(Arc::new)
+            })
             .collect::<Result<Vec<_>>>()?;
 
         // Segments: sealed ones from their footers; the last may be an unsealed tail.
@@ -282,7 +332,11 @@ impl Db {
             let footer = read_footer(&file)?;
             let is_last = i + 1 == live_segs.len();
             if footer.is_none() && !is_last {
-                return Err(Error::corruption(&path, 0, "segment is not sealed but is not the last one"));
+                return Err(Error::corruption(
+                    &path,
+                    0,
+                    "segment is not sealed but is not the last one",
+                ));
             }
             let replay_start = if id < ckpt.replay_from.seg {
                 None
@@ -300,12 +354,24 @@ impl Db {
                     let scan = scan_blocks(&file, start, limit, |off, _h, bytes| {
                         let (_, raw) = crate::block::decode(bytes, &path, off)?;
                         for item in RecordIter::new(&raw) {
-                            let (_, r) = item.map_err(|at| Error::corruption(&path, off, format!("record at payload offset {at} malformed")))?;
+                            let (_, r) = item.map_err(|at| {
+                                Error::corruption(
+                                    &path,
+                                    off,
+                                    format!("record at payload offset {at} malformed"),
+                                )
+                            })?;
                             next_seqno = next_seqno.max(r.seqno + 1);
                             match r.kind {
                                 Kind::Catalog => {
-                                    let op: CatalogOp = serde_json::from_slice(r.value)
-                                        .map_err(|e| Error::corruption(&path, off, format!("catalog record: {e}")))?;
+                                    let op: CatalogOp =
+                                        serde_json::from_slice(r.value).map_err(|e| {
+                                            Error::corruption(
+                                                &path,
+                                                off,
+                                                format!("catalog record: {e}"),
+                                            )
+                                        })?;
                                     catalog.apply(&op);
                                 }
                                 Kind::Put | Kind::Delete => {
@@ -313,12 +379,21 @@ impl Db {
                                         seqno: r.seqno,
                                         kind: r.kind,
                                         reloc: r.reloc,
-                                        loc: Location { seg: id, off, len: bytes.len() as u32 },
+                                        loc: Location {
+                                            seg: id,
+                                            off,
+                                            len: bytes.len() as u32,
+                                        },
                                         rec_size: r.encoded_len() as u32,
                                     };
                                     if let Some(prev) = active.insert(r.coll, r.key, e) {
                                         if prev.loc != e.loc {
-                                            replay_dead.push(DeadRecord { seg: prev.loc.seg, off: prev.loc.off, seqno: prev.seqno, size: prev.rec_size });
+                                            replay_dead.push(DeadRecord {
+                                                seg: prev.loc.seg,
+                                                off: prev.loc.off,
+                                                seqno: prev.seqno,
+                                                size: prev.rec_size,
+                                            });
                                         }
                                     }
                                 }
@@ -327,11 +402,16 @@ impl Db {
                         Ok(())
                     })?;
                     let mut blocks = match &footer {
-                        Some((b, _)) => b.iter().copied().filter(|b| b.off < start).collect::<Vec<_>>(),
+                        Some((b, _)) => b
+                            .iter()
+                            .copied()
+                            .filter(|b| b.off < start)
+                            .collect::<Vec<_>>(),
                         None => {
                             // Unsealed tail: blocks before the replay start must be found by scanning.
                             if start > DATA_START {
-                                scan_blocks(&file, DATA_START, Some(start), |_, _, _| Ok(()))?.blocks
+                                scan_blocks(&file, DATA_START, Some(start), |_, _, _| Ok(()))?
+                                    .blocks
                             } else {
                                 Vec::new()
                             }
@@ -340,43 +420,89 @@ impl Db {
                     blocks.extend(scan.blocks.iter().copied());
                     if let Some(reason) = &scan.stop_reason {
                         if footer.is_some() {
-                            return Err(Error::corruption(&path, scan.committed_end, format!("sealed segment damaged: {reason}")));
+                            return Err(Error::corruption(
+                                &path,
+                                scan.committed_end,
+                                format!("sealed segment damaged: {reason}"),
+                            ));
                         }
-                        if let Some(at) = crate::recovery::valid_block_after(&file, scan.committed_end)? {
+                        if let Some(at) =
+                            crate::recovery::valid_block_after(&file, scan.committed_end)?
+                        {
                             return Err(Error::corruption(
                                 &path,
                                 scan.committed_end,
                                 format!("{reason}, but a valid block follows at offset {at}: refusing to discard acknowledged data"),
                             ));
                         }
-                        tracing::warn!("{}: {reason}; discarding the torn tail after offset {}", path.display(), scan.committed_end);
+                        tracing::warn!(
+                            "{}: {reason}; discarding the torn tail after offset {}",
+                            path.display(),
+                            scan.committed_end
+                        );
                         if !read_only {
                             crate::recovery::truncate_tail(&file, scan.committed_end)?;
                         }
                     }
-                    let end = footer.as_ref().map(|(_, e)| *e).unwrap_or(scan.committed_end);
+                    let end = footer
+                        .as_ref()
+                        .map(|(_, e)| *e)
+                        .unwrap_or(scan.committed_end);
                     (blocks, footer.is_some(), end)
                 }
             };
             if !sealed {
                 tail_end = Some(end);
             }
-            let seg = Arc::new(Segment::new(id, file, blocks, sealed, end, data_cache.clone()));
+            let seg = Arc::new(Segment::new(
+                id,
+                file,
+                blocks,
+                sealed,
+                end,
+                data_cache.clone(),
+            ));
             segments.insert(id, seg);
         }
 
-        let mut garbage = GarbageMap::open(dir, ckpt.deletes_len, |s| segments.contains_key(&s), read_only)?;
-        garbage.add(replay_dead.into_iter().filter(|d| segments.contains_key(&d.seg)));
+        let mut garbage = GarbageMap::open(
+            dir,
+            ckpt.deletes_len,
+            |s| segments.contains_key(&s),
+            read_only,
+        )?;
+        garbage.add(
+            replay_dead
+                .into_iter()
+                .filter(|d| segments.contains_key(&d.seg)),
+        );
 
-        let next_seg_id = segments.keys().next_back().map_or(1, |id| id + 1).max(ckpt.replay_from.seg);
+        let next_seg_id = segments
+            .keys()
+            .next_back()
+            .map_or(1, |id| id + 1)
+            .max(ckpt.replay_from.seg);
         let writer_seg = match (segments.values().next_back(), tail_end) {
             (Some(s), Some(_)) if !s.sealed.load(Ordering::SeqCst) => s.clone(),
             _ if read_only => match segments.values().next_back() {
                 Some(s) => s.clone(),
-                None => return Err(Error::corruption(dir, 0, "data directory has no log segment")),
+                None => {
+                    return Err(Error::corruption(
+                        dir,
+                        0,
+                        "data directory has no log segment",
+                    ))
+                }
             },
             _ => {
-                let s = create_segment(dir, next_seg_id, io_mode, counters.clone(), data_cache.clone(), opts.segment_size)?;
+                let s = create_segment(
+                    dir,
+                    next_seg_id,
+                    io_mode,
+                    counters.clone(),
+                    data_cache.clone(),
+                    opts.segment_size,
+                )?;
                 segments.insert(s.id, s.clone());
                 tail_end = Some(DATA_START);
                 s
@@ -406,11 +532,18 @@ impl Db {
             commit_no: AtomicU64::new(0),
             sync: Mutex::new(SyncState { synced_commit: 0 }),
             visible_seqno: AtomicU64::new(next_seqno - 1),
-            version: RwLock::new(Arc::new(Version { active, imm: vec![], runs })),
+            version: RwLock::new(Arc::new(Version {
+                active,
+                imm: vec![],
+                runs,
+            })),
             segments: RwLock::new(Arc::new(segments)),
             catalog: RwLock::new(catalog),
             garbage: Mutex::new(garbage),
-            meta: Mutex::new(MetaState { next_run_id: ckpt.next_run_id, purge_seqno: ckpt.purge_seqno }),
+            meta: Mutex::new(MetaState {
+                next_run_id: ckpt.next_run_id,
+                purge_seqno: ckpt.purge_seqno,
+            }),
             next_mem_id: AtomicU64::new(mem_id),
             flush_lock: Mutex::new(()),
             gc_lock: Mutex::new(()),
@@ -425,8 +558,14 @@ impl Db {
             want_full_merge: AtomicBool::new(false),
             opts,
         });
-        let guard = Arc::new(CloseGuard { inner: inner.clone(), threads: Mutex::new(Vec::new()) });
-        let db = Db { inner, _guard: guard };
+        let guard = Arc::new(CloseGuard {
+            inner: inner.clone(),
+            threads: Mutex::new(Vec::new()),
+        });
+        let db = Db {
+            inner,
+            _guard: guard,
+        };
         if !read_only {
             db.start_background();
         }
@@ -460,7 +599,9 @@ impl Db {
                         while !inner.shutdown.load(Ordering::SeqCst) {
                             {
                                 let mut g = inner.bg_mutex.lock();
-                                inner.bg_cond.wait_for(&mut g, Duration::from_millis(ms.max(1)));
+                                inner
+                                    .bg_cond
+                                    .wait_for(&mut g, Duration::from_millis(ms.max(1)));
                             }
                             let target = inner.commit_no.load(Ordering::SeqCst);
                             if let Err(e) = inner.sync_upto(target) {
@@ -511,7 +652,11 @@ impl Db {
     /// A handle to an existing collection.
     pub fn collection(&self, name: &str) -> Result<Collection> {
         let id = self.inner.catalog.read().id(name)?;
-        Ok(Collection { db: self.clone(), id, name: name.to_string() })
+        Ok(Collection {
+            db: self.clone(),
+            id,
+            name: name.to_string(),
+        })
     }
 
     /// Drops a collection: gone at once for readers; its space is reclaimed by GC.
@@ -560,8 +705,19 @@ impl Db {
         let mut ops = Vec::with_capacity(batch.len());
         for op in batch.ops() {
             match op {
-                BatchOp::Put { collection, key, value } => ops.push((cat.id(collection)?, Kind::Put, key.as_slice(), value.as_slice())),
-                BatchOp::Delete { collection, key } => ops.push((cat.id(collection)?, Kind::Delete, key.as_slice(), &[][..])),
+                BatchOp::Put {
+                    collection,
+                    key,
+                    value,
+                } => ops.push((
+                    cat.id(collection)?,
+                    Kind::Put,
+                    key.as_slice(),
+                    value.as_slice(),
+                )),
+                BatchOp::Delete { collection, key } => {
+                    ops.push((cat.id(collection)?, Kind::Delete, key.as_slice(), &[][..]))
+                }
             }
         }
         drop(cat);
@@ -634,7 +790,11 @@ impl Db {
 
     /// Closes the engine, syncing the log. Other clones keep it open until they drop.
     pub fn close(self) -> Result<()> {
-        let r = if self.inner.read_only { Ok(()) } else { self.sync() };
+        let r = if self.inner.read_only {
+            Ok(())
+        } else {
+            self.sync()
+        };
         drop(self);
         r
     }
@@ -663,11 +823,15 @@ impl Collection {
     }
 
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<Seqno> {
-        self.db.inner.commit(CommitOps::User(vec![(self.id, Kind::Put, key, value)]))
+        self.db
+            .inner
+            .commit(CommitOps::User(vec![(self.id, Kind::Put, key, value)]))
     }
 
     pub fn delete(&self, key: &[u8]) -> Result<Seqno> {
-        self.db.inner.commit(CommitOps::User(vec![(self.id, Kind::Delete, key, &[])]))
+        self.db
+            .inner
+            .commit(CommitOps::User(vec![(self.id, Kind::Delete, key, &[])]))
     }
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -679,11 +843,18 @@ impl Collection {
     pub fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
         self.check_live()?;
         let snap = self.db.inner.visible_seqno.load(Ordering::SeqCst);
-        keys.iter().map(|k| self.db.inner.get_at(self.id, k, snap, None)).collect()
+        keys.iter()
+            .map(|k| self.db.inner.get_at(self.id, k, snap, None))
+            .collect()
     }
 
     /// Ordered scan of keys within the bounds, forwards or backwards.
-    pub fn scan(&self, lo: std::ops::Bound<&[u8]>, hi: std::ops::Bound<&[u8]>, dir: crate::Direction) -> Result<crate::ScanIter> {
+    pub fn scan(
+        &self,
+        lo: std::ops::Bound<&[u8]>,
+        hi: std::ops::Bound<&[u8]>,
+        dir: crate::Direction,
+    ) -> Result<crate::ScanIter> {
         self.check_live()?;
         Ok(self.db.snapshot().scan_id(self.id, lo, hi, dir))
     }
@@ -726,7 +897,13 @@ impl Inner {
                 }
             }
             CommitOps::Reloc(recs) => {
-                encoded = recs.iter().map(|r| crate::record::encoded_len(r.coll, r.seqno, r.key.len(), r.value.len()) as u64).sum()
+                encoded = recs
+                    .iter()
+                    .map(|r| {
+                        crate::record::encoded_len(r.coll, r.seqno, r.key.len(), r.value.len())
+                            as u64
+                    })
+                    .sum()
             }
             CommitOps::Catalog(_) => encoded = 1024,
         }
@@ -752,24 +929,63 @@ impl Inner {
                     for &(coll, kind, key, value) in list {
                         let seqno = w.next_seqno;
                         w.next_seqno += 1;
-                        let rec = RecordRef { kind, reloc: false, coll, seqno, key, value };
+                        let rec = RecordRef {
+                            kind,
+                            reloc: false,
+                            coll,
+                            seqno,
+                            key,
+                            value,
+                        };
                         let off = w.add(&rec)?;
                         v.active.insert(
                             coll,
                             key,
-                            IndexEntry { seqno, kind, reloc: false, loc: Location { seg: seg_id, off, len: 0 }, rec_size: rec.encoded_len() as u32 },
+                            IndexEntry {
+                                seqno,
+                                kind,
+                                reloc: false,
+                                loc: Location {
+                                    seg: seg_id,
+                                    off,
+                                    len: 0,
+                                },
+                                rec_size: rec.encoded_len() as u32,
+                            },
                         );
                         last = seqno;
                     }
                 }
                 CommitOps::Reloc(recs) => {
                     for r in recs.iter() {
-                        let rec = RecordRef { kind: r.kind, reloc: true, coll: r.coll, seqno: r.seqno, key: &r.key, value: &r.value };
+                        let rec = RecordRef {
+                            kind: r.kind,
+                            reloc: true,
+                            coll: r.coll,
+                            seqno: r.seqno,
+                            key: &r.key,
+                            value: &r.value,
+                        };
                         let off = w.add(&rec)?;
-                        let e = IndexEntry { seqno: r.seqno, kind: r.kind, reloc: true, loc: Location { seg: seg_id, off, len: 0 }, rec_size: rec.encoded_len() as u32 };
+                        let e = IndexEntry {
+                            seqno: r.seqno,
+                            kind: r.kind,
+                            reloc: true,
+                            loc: Location {
+                                seg: seg_id,
+                                off,
+                                len: 0,
+                            },
+                            rec_size: rec.encoded_len() as u32,
+                        };
                         if let Some(prev) = v.active.insert(r.coll, &r.key, e) {
                             if prev.loc.seg != seg_id || prev.loc.off != off {
-                                dead.push(DeadRecord { seg: prev.loc.seg, off: prev.loc.off, seqno: prev.seqno, size: prev.rec_size });
+                                dead.push(DeadRecord {
+                                    seg: prev.loc.seg,
+                                    off: prev.loc.off,
+                                    seqno: prev.seqno,
+                                    size: prev.rec_size,
+                                });
                             }
                         }
                     }
@@ -778,7 +994,14 @@ impl Inner {
                     let seqno = w.next_seqno;
                     w.next_seqno += 1;
                     let value = serde_json::to_vec(op).expect("catalog op serializes");
-                    let rec = RecordRef { kind: Kind::Catalog, reloc: false, coll: 0, seqno, key: b"", value: &value };
+                    let rec = RecordRef {
+                        kind: Kind::Catalog,
+                        reloc: false,
+                        coll: 0,
+                        seqno,
+                        key: b"",
+                        value: &value,
+                    };
                     w.add(&rec)?;
                     self.catalog.write().apply(op);
                     last = seqno;
@@ -798,11 +1021,17 @@ impl Inner {
         drop(w);
         if !dead.is_empty() {
             let segs = self.segments.read().clone();
-            self.garbage.lock().add(dead.into_iter().filter(|d| segs.contains_key(&d.seg)));
+            self.garbage
+                .lock()
+                .add(dead.into_iter().filter(|d| segs.contains_key(&d.seg)));
         }
-        self.stats.user_bytes_written.fetch_add(user_bytes, Ordering::Relaxed);
+        self.stats
+            .user_bytes_written
+            .fetch_add(user_bytes, Ordering::Relaxed);
         if let CommitOps::User(list) = &ops {
-            self.stats.writes.fetch_add(list.len() as u64, Ordering::Relaxed);
+            self.stats
+                .writes
+                .fetch_add(list.len() as u64, Ordering::Relaxed);
         }
         if is_catalog || self.opts.durability == Durability::SyncEveryWrite {
             self.sync_upto(my_commit)?;
@@ -824,13 +1053,20 @@ impl Inner {
         // Lock order: the writer lock is held here, so never take `meta` (checkpoints
         // hold `meta` and read engine state).
         let id = self.next_mem_id.fetch_add(1, Ordering::SeqCst);
-        let start = LogPos { seg: w.seg.id, off: w.end() };
+        let start = LogPos {
+            seg: w.seg.id,
+            off: w.end(),
+        };
         let fresh = Arc::new(Memtable::new(id, start));
         {
             let mut v = self.version.write();
             let mut imm = vec![v.active.clone()];
             imm.extend(v.imm.iter().cloned());
-            *v = Arc::new(Version { active: fresh, imm, runs: v.runs.clone() });
+            *v = Arc::new(Version {
+                active: fresh,
+                imm,
+                runs: v.runs.clone(),
+            });
         }
         self.bg_cond.notify_all();
         Ok(())
@@ -847,7 +1083,9 @@ impl Inner {
             }
             if let Some(e) = self.flush_error.lock().clone() {
                 if e.contains("no space") {
-                    return Err(Error::NoSpace { path: self.dir.clone() });
+                    return Err(Error::NoSpace {
+                        path: self.dir.clone(),
+                    });
                 }
             }
             self.bg_cond.notify_all();
@@ -861,7 +1099,9 @@ impl Inner {
             slept = true;
         }
         if slept {
-            self.stats.stall_micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+            self.stats
+                .stall_micros
+                .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -886,7 +1126,13 @@ impl Inner {
     }
 
     /// Index lookup: newest version of `key` visible at `snap`, honouring relocated copies.
-    pub(crate) fn lookup(&self, v: &Version, coll: CollId, key: &[u8], snap: Seqno) -> Result<Option<IndexEntry>> {
+    pub(crate) fn lookup(
+        &self,
+        v: &Version,
+        coll: CollId,
+        key: &[u8],
+        snap: Seqno,
+    ) -> Result<Option<IndexEntry>> {
         let mut found: Option<IndexEntry> = None;
         for mt in v.memtables() {
             if let Some(e) = mt.get(coll, key, snap) {
@@ -913,14 +1159,22 @@ impl Inner {
     }
 
     /// Point read at a snapshot seqno. `pinned` is a snapshot's segment map.
-    pub(crate) fn get_at(&self, coll: CollId, key: &[u8], snap: Seqno, pinned: Option<(&Arc<Version>, &SegmentMap)>) -> Result<Option<Vec<u8>>> {
+    pub(crate) fn get_at(
+        &self,
+        coll: CollId,
+        key: &[u8],
+        snap: Seqno,
+        pinned: Option<(&Arc<Version>, &SegmentMap)>,
+    ) -> Result<Option<Vec<u8>>> {
         self.stats.gets.fetch_add(1, Ordering::Relaxed);
         for _ in 0..16 {
             let v = match pinned {
                 Some((v, _)) => v.clone(),
                 None => self.version.read().clone(),
             };
-            let Some(e) = self.lookup(&v, coll, key, snap)? else { return Ok(None) };
+            let Some(e) = self.lookup(&v, coll, key, snap)? else {
+                return Ok(None);
+            };
             if e.is_tombstone() {
                 return Ok(None);
             }
@@ -928,13 +1182,28 @@ impl Inner {
                 return Ok(Some(val));
             }
         }
-        Err(Error::corruption(segment_path(&self.dir, 0), 0, format!("key {:?} points to a segment that keeps disappearing", String::from_utf8_lossy(key))))
+        Err(Error::corruption(
+            segment_path(&self.dir, 0),
+            0,
+            format!(
+                "key {:?} points to a segment that keeps disappearing",
+                String::from_utf8_lossy(key)
+            ),
+        ))
     }
 
     /// Reads the value of the record an index entry points at. `Ok(None)` means the
     /// segment was retired by GC in the meantime: look the key up again.
-    pub(crate) fn read_value(&self, coll: CollId, key: &[u8], e: &IndexEntry, pinned: Option<&SegmentMap>) -> Result<Option<Vec<u8>>> {
-        let seg = pinned.and_then(|m| m.get(&e.loc.seg).cloned()).or_else(|| self.segments.read().get(&e.loc.seg).cloned());
+    pub(crate) fn read_value(
+        &self,
+        coll: CollId,
+        key: &[u8],
+        e: &IndexEntry,
+        pinned: Option<&SegmentMap>,
+    ) -> Result<Option<Vec<u8>>> {
+        let seg = pinned
+            .and_then(|m| m.get(&e.loc.seg).cloned())
+            .or_else(|| self.segments.read().get(&e.loc.seg).cloned());
         let Some(seg) = seg else { return Ok(None) };
         let payload = self.block_payload(&seg, e.loc, Some((coll, key, e.seqno)))?;
         let payload = match payload {
@@ -942,7 +1211,13 @@ impl Inner {
             BlockPayload::Raw(p) => p,
         };
         for item in RecordIter::new(&payload) {
-            let (_, r) = item.map_err(|at| Error::corruption(seg.file.path(), e.loc.off, format!("record at payload offset {at} malformed")))?;
+            let (_, r) = item.map_err(|at| {
+                Error::corruption(
+                    seg.file.path(),
+                    e.loc.off,
+                    format!("record at payload offset {at} malformed"),
+                )
+            })?;
             if r.seqno == e.seqno && r.coll == coll && r.key == key {
                 return Ok(Some(r.value.to_vec()));
             }
@@ -950,14 +1225,23 @@ impl Inner {
         Err(Error::corruption(
             seg.file.path(),
             e.loc.off,
-            format!("index entry for key {:?} seqno {} not found in its block", String::from_utf8_lossy(key), e.seqno),
+            format!(
+                "index entry for key {:?} seqno {} not found in its block",
+                String::from_utf8_lossy(key),
+                e.seqno
+            ),
         ))
     }
 
     /// The uncompressed payload of the block at `loc` (from cache, the writer's memory,
     /// or one aligned device read). With `want`, a record still in the open block is
     /// returned directly.
-    pub(crate) fn block_payload(&self, seg: &Arc<Segment>, loc: Location, want: Option<(CollId, &[u8], Seqno)>) -> Result<BlockPayload> {
+    pub(crate) fn block_payload(
+        &self,
+        seg: &Arc<Segment>,
+        loc: Location,
+        want: Option<(CollId, &[u8], Seqno)>,
+    ) -> Result<BlockPayload> {
         if let Some(p) = self.data_cache.get(&(seg.id, loc.off)) {
             return Ok(BlockPayload::Raw(p));
         }
@@ -977,7 +1261,13 @@ impl Inner {
             drop(w);
             match seg.block_at(loc.off) {
                 Some(b) => b.len,
-                None => return Err(Error::corruption(seg.file.path(), loc.off, "index points to a block that does not exist")),
+                None => {
+                    return Err(Error::corruption(
+                        seg.file.path(),
+                        loc.off,
+                        "index points to a block that does not exist",
+                    ))
+                }
             }
         };
         if loc.off + len as u64 > seg.written_end.load(Ordering::SeqCst) {
@@ -988,9 +1278,11 @@ impl Inner {
         }
         let (buf, skip) = seg.file.read_range(loc.off, len as usize)?;
         self.stats.device_reads.fetch_add(1, Ordering::Relaxed);
-        let (_, raw) = crate::block::decode(&buf[skip..skip + len as usize], seg.file.path(), loc.off)?;
+        let (_, raw) =
+            crate::block::decode(&buf[skip..skip + len as usize], seg.file.path(), loc.off)?;
         let raw = Arc::new(raw);
-        self.data_cache.insert((seg.id, loc.off), raw.clone(), raw.len());
+        self.data_cache
+            .insert((seg.id, loc.off), raw.clone(), raw.len());
         Ok(BlockPayload::Raw(raw))
     }
 }

@@ -26,7 +26,9 @@ pub enum Error {
         detail: String,
     },
     /// A file was written by an incompatible format version.
-    #[error("{file}: format version {found} is not supported (this build reads version {supported})")]
+    #[error(
+        "{file}: format version {found} is not supported (this build reads version {supported})"
+    )]
     FormatVersion {
         file: PathBuf,
         found: u32,

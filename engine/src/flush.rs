@@ -23,7 +23,8 @@ use std::time::Duration;
 pub fn flush_thread(inner: &Arc<Inner>) {
     let mut backoff = Duration::from_millis(10);
     while !inner.shutdown.load(Ordering::SeqCst) {
-        let has_work = !inner.version.read().imm.is_empty() || inner.want_full_merge.load(Ordering::SeqCst);
+        let has_work =
+            !inner.version.read().imm.is_empty() || inner.want_full_merge.load(Ordering::SeqCst);
         if !has_work {
             let mut g = inner.bg_mutex.lock();
             inner.bg_cond.wait_for(&mut g, Duration::from_millis(100));
@@ -85,16 +86,28 @@ pub fn write_checkpoint(inner: &Inner, meta: &MetaState) -> Result<()> {
 fn resolve(inner: &Inner, e: &mut IndexEntry) -> Result<()> {
     if e.loc.len == 0 {
         let seg = inner.segments.read().get(&e.loc.seg).cloned();
-        let b = seg.as_ref().and_then(|s| s.block_at(e.loc.off)).ok_or_else(|| {
-            Error::corruption(crate::segment::segment_path(&inner.dir, e.loc.seg), e.loc.off, "memtable entry points to an unknown block")
-        })?;
+        let b = seg
+            .as_ref()
+            .and_then(|s| s.block_at(e.loc.off))
+            .ok_or_else(|| {
+                Error::corruption(
+                    crate::segment::segment_path(&inner.dir, e.loc.seg),
+                    e.loc.off,
+                    "memtable entry points to an unknown block",
+                )
+            })?;
         e.loc.len = b.len;
     }
     Ok(())
 }
 
 fn dead_of(e: &IndexEntry) -> DeadRecord {
-    DeadRecord { seg: e.loc.seg, off: e.loc.off, seqno: e.seqno, size: e.rec_size }
+    DeadRecord {
+        seg: e.loc.seg,
+        off: e.loc.off,
+        seqno: e.seqno,
+        size: e.rec_size,
+    }
 }
 
 /// Flushes the oldest rotated memtable. Returns false if there was none.
@@ -158,10 +171,17 @@ pub fn flush_one(inner: &Arc<Inner>) -> Result<bool> {
         if keep_run {
             runs.insert(0, run.clone());
         }
-        *ver = Arc::new(Version { active: ver.active.clone(), imm, runs });
+        *ver = Arc::new(Version {
+            active: ver.active.clone(),
+            imm,
+            runs,
+        });
     }
     let segs = inner.segments.read().clone();
-    inner.garbage.lock().add(dead.into_iter().filter(|d| segs.contains_key(&d.seg)));
+    inner
+        .garbage
+        .lock()
+        .add(dead.into_iter().filter(|d| segs.contains_key(&d.seg)));
     {
         let mut meta = inner.meta.lock();
         meta.purge_seqno = meta.purge_seqno.max(purged);
@@ -275,10 +295,17 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<()> {
                 runs.push(r.clone());
             }
         }
-        *ver = Arc::new(Version { active: ver.active.clone(), imm: ver.imm.clone(), runs });
+        *ver = Arc::new(Version {
+            active: ver.active.clone(),
+            imm: ver.imm.clone(),
+            runs,
+        });
     }
     let segs = inner.segments.read().clone();
-    inner.garbage.lock().add(dead.into_iter().filter(|d| segs.contains_key(&d.seg)));
+    inner
+        .garbage
+        .lock()
+        .add(dead.into_iter().filter(|d| segs.contains_key(&d.seg)));
     {
         let mut meta = inner.meta.lock();
         meta.purge_seqno = meta.purge_seqno.max(purged);

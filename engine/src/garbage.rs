@@ -96,7 +96,12 @@ pub fn decode_entries(b: &[u8], path: &Path) -> Result<Vec<DeadRecord>> {
 impl GarbageMap {
     /// Opens `dir/DELETES`, keeps its first `valid_len` bytes, and loads entries of
     /// segments for which `live` is true.
-    pub fn open(dir: &Path, valid_len: u64, live: impl Fn(SegId) -> bool, read_only: bool) -> Result<Self> {
+    pub fn open(
+        dir: &Path,
+        valid_len: u64,
+        live: impl Fn(SegId) -> bool,
+        read_only: bool,
+    ) -> Result<Self> {
         let path = dir.join("DELETES");
         let file = OpenOptions::new()
             .read(true)
@@ -107,14 +112,25 @@ impl GarbageMap {
             .map_err(|e| Error::io(&path, e))?;
         let actual = file.metadata().map_err(|e| Error::io(&path, e))?.len();
         if actual < valid_len {
-            return Err(Error::corruption(&path, actual, format!("delete list is shorter than the checkpoint says ({valid_len} bytes)")));
+            return Err(Error::corruption(
+                &path,
+                actual,
+                format!("delete list is shorter than the checkpoint says ({valid_len} bytes)"),
+            ));
         }
         let mut buf = vec![0u8; valid_len as usize];
-        std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf, 0).map_err(|e| Error::io(&path, e))?;
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf, 0)
+            .map_err(|e| Error::io(&path, e))?;
         if actual > valid_len && !read_only {
             file.set_len(valid_len).map_err(|e| Error::io(&path, e))?;
         }
-        let mut g = GarbageMap { path: path.clone(), file, len: valid_len, segs: HashMap::new(), pending: Vec::new() };
+        let mut g = GarbageMap {
+            path: path.clone(),
+            file,
+            len: valid_len,
+            segs: HashMap::new(),
+            pending: Vec::new(),
+        };
         for d in decode_entries(&buf, &path)? {
             if live(d.seg) {
                 g.apply(d);
@@ -143,10 +159,14 @@ impl GarbageMap {
         if !self.pending.is_empty() {
             for chunk in self.pending.chunks(64 << 10) {
                 let b = encode_entries(chunk);
-                self.file.write_all(&b).map_err(|e| Error::io(&self.path, e))?;
+                self.file
+                    .write_all(&b)
+                    .map_err(|e| Error::io(&self.path, e))?;
                 self.len += b.len() as u64;
             }
-            self.file.sync_data().map_err(|e| Error::io(&self.path, e))?;
+            self.file
+                .sync_data()
+                .map_err(|e| Error::io(&self.path, e))?;
             self.pending.clear();
         }
         Ok(self.len)
@@ -163,12 +183,18 @@ impl GarbageMap {
     }
 
     pub fn is_dead(&self, seg: SegId, off: u64, seqno: Seqno) -> bool {
-        self.segs.get(&seg).is_some_and(|s| s.dead.contains_key(&(off, seqno)))
+        self.segs
+            .get(&seg)
+            .is_some_and(|s| s.dead.contains_key(&(off, seqno)))
     }
 
     /// Approximate memory held.
     pub fn memory_bytes(&self) -> usize {
-        self.segs.values().map(|s| s.dead.capacity() * 24).sum::<usize>() + self.pending.capacity() * 24
+        self.segs
+            .values()
+            .map(|s| s.dead.capacity() * 24)
+            .sum::<usize>()
+            + self.pending.capacity() * 24
     }
 }
 
@@ -188,9 +214,19 @@ mod tests {
     fn delete_list_roundtrip_and_truncation_to_checkpointed_length() {
         let dir = tempfile::tempdir().unwrap();
         let mut g = GarbageMap::open(dir.path(), 0, |_| true, false).unwrap();
-        g.add([DeadRecord { seg: 1, off: 4096, seqno: 5, size: 100 }]);
+        g.add([DeadRecord {
+            seg: 1,
+            off: 4096,
+            seqno: 5,
+            size: 100,
+        }]);
         let len1 = g.persist().unwrap();
-        g.add([DeadRecord { seg: 2, off: 4096, seqno: 6, size: 50 }]);
+        g.add([DeadRecord {
+            seg: 2,
+            off: 4096,
+            seqno: 6,
+            size: 50,
+        }]);
         g.persist().unwrap();
         drop(g);
         let g = GarbageMap::open(dir.path(), len1, |_| true, false).unwrap();
@@ -198,7 +234,12 @@ mod tests {
         assert!(g.is_dead(1, 4096, 5));
         // a duplicate report of the same record is counted once
         let mut g = g;
-        g.add([DeadRecord { seg: 1, off: 4096, seqno: 5, size: 100 }]);
+        g.add([DeadRecord {
+            seg: 1,
+            off: 4096,
+            seqno: 5,
+            size: 100,
+        }]);
         assert_eq!(g.dead_bytes(1), 100);
     }
 }

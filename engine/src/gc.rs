@@ -54,7 +54,10 @@ pub fn fill_pct(inner: &Inner) -> (f64, u64) {
     if total == 0 {
         return (100.0, 0);
     }
-    (100.0 * (total.saturating_sub(dead)) as f64 / total as f64, total)
+    (
+        100.0 * (total.saturating_sub(dead)) as f64 / total as f64,
+        total,
+    )
 }
 
 fn update_throttle(inner: &Inner) {
@@ -63,7 +66,11 @@ fn update_throttle(inner: &Inner) {
     // Below target by more than 10 points: delay each write batch, growing smoothly
     // with the debt (up to 1 ms), so GC catches up without writes ever stopping.
     let debt = target - 10.0 - fill;
-    let t = if total > 4 * inner.opts.segment_size && debt > 0.0 { (debt * 50.0).min(1000.0) as u64 } else { 0 };
+    let t = if total > 4 * inner.opts.segment_size && debt > 0.0 {
+        (debt * 50.0).min(1000.0) as u64
+    } else {
+        0
+    };
     inner.gc_throttle_micros.store(t, Ordering::Relaxed);
 }
 
@@ -90,7 +97,10 @@ fn pick_victim(inner: &Inner, force: bool) -> Option<Arc<Segment>> {
 }
 
 /// Reads every record of a sealed segment (large sequential reads, checksums verified).
-pub(crate) fn read_segment_records(seg: &Segment, mut f: impl FnMut(u64, OwnedRecord) -> Result<()>) -> Result<()> {
+pub(crate) fn read_segment_records(
+    seg: &Segment,
+    mut f: impl FnMut(u64, OwnedRecord) -> Result<()>,
+) -> Result<()> {
     let blocks = seg.blocks.read().clone();
     const CHUNK: u64 = 4 << 20;
     let mut i = 0;
@@ -108,12 +118,31 @@ pub(crate) fn read_segment_records(seg: &Segment, mut f: impl FnMut(u64, OwnedRe
             let s = (b.off - start) as usize;
             let e = s + b.len as usize;
             if e > n {
-                return Err(Error::corruption(seg.file.path(), b.off, "block extends past the end of the file"));
+                return Err(Error::corruption(
+                    seg.file.path(),
+                    b.off,
+                    "block extends past the end of the file",
+                ));
             }
             let (_, raw) = crate::block::decode(&buf[s..e], seg.file.path(), b.off)?;
             for item in RecordIter::new(&raw) {
-                let (_, r) = item.map_err(|at| Error::corruption(seg.file.path(), b.off, format!("record at payload offset {at} malformed")))?;
-                f(b.off, OwnedRecord { kind: r.kind, coll: r.coll, seqno: r.seqno, key: r.key.to_vec(), value: r.value.to_vec() })?;
+                let (_, r) = item.map_err(|at| {
+                    Error::corruption(
+                        seg.file.path(),
+                        b.off,
+                        format!("record at payload offset {at} malformed"),
+                    )
+                })?;
+                f(
+                    b.off,
+                    OwnedRecord {
+                        kind: r.kind,
+                        coll: r.coll,
+                        seqno: r.seqno,
+                        key: r.key.to_vec(),
+                        value: r.value.to_vec(),
+                    },
+                )?;
             }
         }
         i = j;
@@ -128,15 +157,27 @@ pub fn gc_once(inner: &Arc<Inner>, force: bool) -> Result<bool> {
         return Ok(false);
     }
     let _g = inner.gc_lock.lock();
-    let Some(victim) = pick_victim(inner, force) else { return Ok(false) };
-    let dead = inner.garbage.lock().segs.get(&victim.id).map(|s| s.dead.clone()).unwrap_or_default();
+    let Some(victim) = pick_victim(inner, force) else {
+        return Ok(false);
+    };
+    let dead = inner
+        .garbage
+        .lock()
+        .segs
+        .get(&victim.id)
+        .map(|s| s.dead.clone())
+        .unwrap_or_default();
     let catalog = inner.catalog.read().clone();
     let mut live = Vec::new();
     let mut live_bytes = 0u64;
     read_segment_records(&victim, |off, r| {
         let keep = match r.kind {
             Kind::Catalog => false,
-            Kind::Put | Kind::Delete => !dead.contains_key(&(off, r.seqno)) && !catalog.dropped.contains(&r.coll) && catalog.is_live(r.coll),
+            Kind::Put | Kind::Delete => {
+                !dead.contains_key(&(off, r.seqno))
+                    && !catalog.dropped.contains(&r.coll)
+                    && catalog.is_live(r.coll)
+            }
         };
         if keep {
             live_bytes += (r.key.len() + r.value.len()) as u64;
@@ -161,8 +202,14 @@ pub fn gc_once(inner: &Arc<Inner>, force: bool) -> Result<bool> {
     inner.sync_upto(target)?;
     retire(inner, victim.id)?;
     inner.stats.gc_runs.fetch_add(1, Ordering::Relaxed);
-    inner.stats.gc_bytes_moved.fetch_add(live_bytes, Ordering::Relaxed);
-    inner.stats.gc_bytes_reclaimed.fetch_add(victim.disk_bytes(), Ordering::Relaxed);
+    inner
+        .stats
+        .gc_bytes_moved
+        .fetch_add(live_bytes, Ordering::Relaxed);
+    inner
+        .stats
+        .gc_bytes_reclaimed
+        .fetch_add(victim.disk_bytes(), Ordering::Relaxed);
     inner.bg_cond.notify_all();
     Ok(true)
 }

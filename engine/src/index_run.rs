@@ -41,7 +41,10 @@ pub fn run_path(dir: &Path, id: u64) -> PathBuf {
 
 /// Parses a run id from a file name.
 pub fn parse_run_name(name: &str) -> Option<u64> {
-    name.strip_prefix("idx-")?.strip_suffix(".run")?.parse().ok()
+    name.strip_prefix("idx-")?
+        .strip_suffix(".run")?
+        .parse()
+        .ok()
 }
 
 fn encode_entry(out: &mut Vec<u8>, coll: CollId, key: &[u8], e: &IndexEntry) {
@@ -70,12 +73,29 @@ fn decode_entry<'a>(r: &mut Reader<'a>) -> Option<(CollId, &'a [u8], IndexEntry)
     let off = r.u64()?;
     let len = r.u32()?;
     let rec_size = r.u32()?;
-    let kind = if flags & 1 != 0 { Kind::Delete } else { Kind::Put };
-    Some((coll, key, IndexEntry { seqno, kind, reloc: flags & 0x80 != 0, loc: Location { seg, off, len }, rec_size }))
+    let kind = if flags & 1 != 0 {
+        Kind::Delete
+    } else {
+        Kind::Put
+    };
+    Some((
+        coll,
+        key,
+        IndexEntry {
+            seqno,
+            kind,
+            reloc: flags & 0x80 != 0,
+            loc: Location { seg, off, len },
+            rec_size,
+        },
+    ))
 }
 
+/// One decoded index entry with its collection and key.
+pub type KeyedEntry = (CollId, Box<[u8]>, IndexEntry);
+
 /// Decodes every entry of a verified block payload.
-pub fn decode_block_entries(block: &[u8]) -> Option<Vec<(CollId, Box<[u8]>, IndexEntry)>> {
+pub fn decode_block_entries(block: &[u8]) -> Option<Vec<KeyedEntry>> {
     let mut r = Reader::new(block.get(4..)?);
     let n = r.u16()? as usize;
     r.u16()?;
@@ -91,7 +111,10 @@ pub fn decode_block_entries(block: &[u8]) -> Option<Vec<(CollId, Box<[u8]>, Inde
 
 /// Verifies a block's checksum; returns it unchanged when intact.
 pub fn verify_block(block: &[u8]) -> bool {
-    let Some(used) = block.get(8..12).map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize) else {
+    let Some(used) = block
+        .get(8..12)
+        .map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize)
+    else {
         return false;
     };
     if used < BLOCK_HEADER || used > block.len() {
@@ -148,7 +171,9 @@ impl RunWriter {
     pub fn add(&mut self, coll: CollId, key: &[u8], e: &IndexEntry) -> Result<()> {
         debug_assert!(e.loc.len > 0, "index runs store resolved block lengths");
         let need = ENTRY_FIXED + key.len();
-        if self.block_n > 0 && (BLOCK_HEADER + self.block.len() + need > PAGE || self.block_n == u16::MAX) {
+        if self.block_n > 0
+            && (BLOCK_HEADER + self.block.len() + need > PAGE || self.block_n == u16::MAX)
+        {
             self.finish_block()?;
         }
         if self.block_n == 0 {
@@ -222,7 +247,14 @@ impl RunWriter {
             let mut f = Vec::new();
             f.extend_from_slice(RUN_MAGIC);
             f.extend_from_slice(&RUN_VERSION.to_le_bytes());
-            for v in [meta_off, meta_len, bloom_len, self.entries, self.min_seqno, self.max_seqno] {
+            for v in [
+                meta_off,
+                meta_len,
+                bloom_len,
+                self.entries,
+                self.min_seqno,
+                self.max_seqno,
+            ] {
                 f.extend_from_slice(&v.to_le_bytes());
             }
             f.extend_from_slice(&meta_crc.to_le_bytes());
@@ -261,7 +293,13 @@ pub struct Run {
 
 impl Run {
     /// Opens run `id` in `dir`, verifying its footer and meta checksums.
-    pub fn open(dir: &Path, id: u64, mode: IoMode, counters: Arc<IoCounters>, cache: Arc<IndexCache>) -> Result<Run> {
+    pub fn open(
+        dir: &Path,
+        id: u64,
+        mode: IoMode,
+        counters: Arc<IoCounters>,
+        cache: Arc<IndexCache>,
+    ) -> Result<Run> {
         let file = DataFile::open(&run_path(dir, id), mode, false, counters)?;
         Run::from_parts(id, file, cache)
     }
@@ -270,7 +308,11 @@ impl Run {
         let len = file.len()?;
         let path = file.path().to_path_buf();
         if len < PAGE as u64 || len % PAGE as u64 != 0 {
-            return Err(Error::corruption(&path, len, "index run size is not a whole number of pages"));
+            return Err(Error::corruption(
+                &path,
+                len,
+                "index run size is not a whole number of pages",
+            ));
         }
         let mut page = AlignedBuf::zeroed(PAGE);
         file.read_full(&mut page, len - PAGE as u64)?;
@@ -289,7 +331,11 @@ impl Run {
             return Err(bad("checksum mismatch"));
         }
         if version != RUN_VERSION {
-            return Err(Error::FormatVersion { file: path, found: version, supported: RUN_VERSION });
+            return Err(Error::FormatVersion {
+                file: path,
+                found: version,
+                supported: RUN_VERSION,
+            });
         }
         let (meta_off, meta_len, bloom_len, entries) = (fields[0], fields[1], fields[2], fields[3]);
         if meta_off % PAGE as u64 != 0 || meta_off + meta_len + bloom_len > foff {
@@ -301,7 +347,11 @@ impl Run {
         file.read_full(&mut meta, meta_off)?;
         let meta = &meta[..(meta_len + bloom_len) as usize];
         if crc32c::crc32c(meta) != meta_crc {
-            return Err(Error::corruption(&path, meta_off, "index run meta checksum mismatch"));
+            return Err(Error::corruption(
+                &path,
+                meta_off,
+                "index run meta checksum mismatch",
+            ));
         }
         let mbad = || Error::corruption(&path, meta_off, "index run block index malformed");
         let mut r = Reader::new(&meta[..meta_len as usize]);
@@ -321,9 +371,24 @@ impl Run {
             }
             blocks.push((c, k.into(), off, pages));
         }
-        let bloom = Bloom::decode(&meta[meta_len as usize..])
-            .ok_or_else(|| Error::corruption(&path, meta_off + meta_len, "index run bloom filter malformed"))?;
-        Ok(Run { id, file, meta_end: meta_off + meta_len + bloom_len, blocks, bloom, entries, file_size: len, cache, obsolete: AtomicBool::new(false) })
+        let bloom = Bloom::decode(&meta[meta_len as usize..]).ok_or_else(|| {
+            Error::corruption(
+                &path,
+                meta_off + meta_len,
+                "index run bloom filter malformed",
+            )
+        })?;
+        Ok(Run {
+            id,
+            file,
+            meta_end: meta_off + meta_len + bloom_len,
+            blocks,
+            bloom,
+            entries,
+            file_size: len,
+            cache,
+            obsolete: AtomicBool::new(false),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -364,7 +429,9 @@ impl Run {
         let mut problems = Vec::new();
         let p = self.path().display();
         match self.padding_damage() {
-            Ok(Some(at)) => problems.push(format!("corruption in {p} at offset {at}: non-zero byte in padding")),
+            Ok(Some(at)) => problems.push(format!(
+                "corruption in {p} at offset {at}: non-zero byte in padding"
+            )),
             Ok(None) => {}
             Err(e) => problems.push(e.to_string()),
         }
@@ -374,9 +441,14 @@ impl Run {
                 Ok(b) => {
                     let used = u32::from_le_bytes(b[8..12].try_into().unwrap()) as usize;
                     if decode_block_entries(&b).is_none() {
-                        problems.push(format!("corruption in {p} at offset {off}: index block entries malformed"));
+                        problems.push(format!(
+                            "corruption in {p} at offset {off}: index block entries malformed"
+                        ));
                     } else if let Some(at) = b[used..].iter().position(|&x| x != 0) {
-                        problems.push(format!("corruption in {p} at offset {}: non-zero byte in block padding", off + (used + at) as u64));
+                        problems.push(format!(
+                            "corruption in {p} at offset {}: non-zero byte in block padding",
+                            off + (used + at) as u64
+                        ));
                     }
                 }
                 Err(e) => problems.push(e.to_string()),
@@ -401,7 +473,11 @@ impl Run {
         let mut buf = AlignedBuf::zeroed(pages as usize * PAGE);
         let n = self.file.read_full(&mut buf, off)?;
         if n < buf.len() || !verify_block(&buf) {
-            return Err(Error::corruption(self.file.path(), off, "index block checksum mismatch"));
+            return Err(Error::corruption(
+                self.file.path(),
+                off,
+                "index block checksum mismatch",
+            ));
         }
         let b = Arc::new(buf.to_vec());
         if cached {
@@ -411,15 +487,22 @@ impl Run {
     }
 
     /// Decoded entries of block `i`.
-    pub fn block_entries(&self, i: usize, cached: bool) -> Result<Vec<(CollId, Box<[u8]>, IndexEntry)>> {
+    pub fn block_entries(&self, i: usize, cached: bool) -> Result<Vec<KeyedEntry>> {
         let b = self.block(i, cached)?;
-        decode_block_entries(&b)
-            .ok_or_else(|| Error::corruption(self.file.path(), self.blocks[i].2, "index block entries malformed"))
+        decode_block_entries(&b).ok_or_else(|| {
+            Error::corruption(
+                self.file.path(),
+                self.blocks[i].2,
+                "index block entries malformed",
+            )
+        })
     }
 
     /// Index of the block that may hold (coll, key): the last whose first key ≤ it.
     pub fn find_block(&self, coll: CollId, key: &[u8]) -> Option<usize> {
-        let p = self.blocks.partition_point(|(c, k, _, _)| cmp_key(*c, k, coll, key) != CmpOrdering::Greater);
+        let p = self
+            .blocks
+            .partition_point(|(c, k, _, _)| cmp_key(*c, k, coll, key) != CmpOrdering::Greater);
         p.checked_sub(1)
     }
 
@@ -428,13 +511,19 @@ impl Run {
         if !self.bloom.may_contain(hash) {
             return Ok(None);
         }
-        let Some(i) = self.find_block(coll, key) else { return Ok(None) };
+        let Some(i) = self.find_block(coll, key) else {
+            return Ok(None);
+        };
         let b = self.block(i, true)?;
         let mut r = Reader::new(&b[BLOCK_HEADER..]);
         let n = u16::from_le_bytes(b[4..6].try_into().unwrap());
         for _ in 0..n {
             let Some((c, k, e)) = decode_entry(&mut r) else {
-                return Err(Error::corruption(self.file.path(), self.blocks[i].2, "index block entries malformed"));
+                return Err(Error::corruption(
+                    self.file.path(),
+                    self.blocks[i].2,
+                    "index block entries malformed",
+                ));
             };
             match cmp_key(c, k, coll, key) {
                 CmpOrdering::Less => continue,
@@ -459,7 +548,7 @@ impl Drop for Run {
 pub struct RunCursor {
     run: Arc<Run>,
     block: usize,
-    entries: Vec<(CollId, Box<[u8]>, IndexEntry)>,
+    entries: Vec<KeyedEntry>,
     pos: usize,
     reverse: bool,
     done: bool,
@@ -468,19 +557,43 @@ pub struct RunCursor {
 
 impl RunCursor {
     /// Like [`RunCursor::seek`] but reads blocks around the cache (for merges).
-    pub fn seek_uncached(run: Arc<Run>, coll: CollId, key: Option<&[u8]>, reverse: bool) -> Result<RunCursor> {
+    pub fn seek_uncached(
+        run: Arc<Run>,
+        coll: CollId,
+        key: Option<&[u8]>,
+        reverse: bool,
+    ) -> Result<RunCursor> {
         Self::seek_with(run, coll, key, reverse, false)
     }
 
     /// Positions at the first entry ≥ (coll, key) going forward, or the last entry
     /// ≤ (coll, key) going backward (`key = None`: the end of `coll` backward).
-    pub fn seek(run: Arc<Run>, coll: CollId, key: Option<&[u8]>, reverse: bool) -> Result<RunCursor> {
+    pub fn seek(
+        run: Arc<Run>,
+        coll: CollId,
+        key: Option<&[u8]>,
+        reverse: bool,
+    ) -> Result<RunCursor> {
         Self::seek_with(run, coll, key, reverse, true)
     }
 
-    fn seek_with(run: Arc<Run>, coll: CollId, key: Option<&[u8]>, reverse: bool, cached: bool) -> Result<RunCursor> {
+    fn seek_with(
+        run: Arc<Run>,
+        coll: CollId,
+        key: Option<&[u8]>,
+        reverse: bool,
+        cached: bool,
+    ) -> Result<RunCursor> {
         let nblocks = run.blocks.len();
-        let mut c = RunCursor { run, block: 0, entries: Vec::new(), pos: 0, reverse, done: nblocks == 0, cached };
+        let mut c = RunCursor {
+            run,
+            block: 0,
+            entries: Vec::new(),
+            pos: 0,
+            reverse,
+            done: nblocks == 0,
+            cached,
+        };
         if c.done {
             return Ok(c);
         }
@@ -504,7 +617,9 @@ impl RunCursor {
                 c.pos = p - 1;
             }
         } else {
-            c.pos = c.entries.partition_point(|(ec, ek, _)| cmp_key(*ec, ek, sc, sk) == CmpOrdering::Less);
+            c.pos = c
+                .entries
+                .partition_point(|(ec, ek, _)| cmp_key(*ec, ek, sc, sk) == CmpOrdering::Less);
             if c.pos >= c.entries.len() {
                 c.step_block()?;
             }
@@ -545,7 +660,7 @@ impl RunCursor {
     }
 
     /// The current entry, if any.
-    pub fn peek(&self) -> Option<&(CollId, Box<[u8]>, IndexEntry)> {
+    pub fn peek(&self) -> Option<&KeyedEntry> {
         if self.done {
             None
         } else {
@@ -582,7 +697,17 @@ mod tests {
     use proptest::prelude::*;
 
     fn entry(seqno: u64) -> IndexEntry {
-        IndexEntry { seqno, kind: Kind::Put, reloc: false, loc: Location { seg: 1, off: 4096, len: 100 }, rec_size: 50 }
+        IndexEntry {
+            seqno,
+            kind: Kind::Put,
+            reloc: false,
+            loc: Location {
+                seg: 1,
+                off: 4096,
+                len: 100,
+            },
+            rec_size: 50,
+        }
     }
 
     #[test]
@@ -591,7 +716,9 @@ mod tests {
         let counters = Arc::new(IoCounters::default());
         let cache = Arc::new(IndexCache::new(1 << 20));
         let mut w = RunWriter::create(dir.path(), 1, IoMode::Buffered, counters.clone()).unwrap();
-        let keys: Vec<Vec<u8>> = (0..5000u32).map(|i| format!("key{:08}", i * 2).into_bytes()).collect();
+        let keys: Vec<Vec<u8>> = (0..5000u32)
+            .map(|i| format!("key{:08}", i * 2).into_bytes())
+            .collect();
         for (i, k) in keys.iter().enumerate() {
             w.add(3, k, &entry(i as u64 + 1)).unwrap();
         }
@@ -601,7 +728,11 @@ mod tests {
             let h = key_hash(3, k);
             assert_eq!(run.get(3, k, h).unwrap().unwrap().seqno, i as u64 + 1);
         }
-        assert_eq!(run.get(3, b"key00000001", key_hash(3, b"key00000001")).unwrap(), None);
+        assert_eq!(
+            run.get(3, b"key00000001", key_hash(3, b"key00000001"))
+                .unwrap(),
+            None
+        );
         assert_eq!(run.get(4, &keys[0], key_hash(4, &keys[0])).unwrap(), None);
         // forward from a missing key lands on the next one
         let c = RunCursor::seek(run.clone(), 3, Some(b"key00000003"), false).unwrap();
@@ -639,13 +770,16 @@ mod tests {
         let orig = std::fs::read(&path).unwrap();
         let mut rng = 12345u64;
         for _ in 0..200 {
-            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let bit = (rng >> 11) as usize % (orig.len() * 8);
             let mut c = orig.clone();
             c[bit / 8] ^= 1 << (bit % 8);
             std::fs::write(&path, &c).unwrap();
             let cache = Arc::new(IndexCache::new(1 << 20));
-            let detected = match Run::open(dir.path(), 7, IoMode::Buffered, counters.clone(), cache) {
+            let detected = match Run::open(dir.path(), 7, IoMode::Buffered, counters.clone(), cache)
+            {
                 Err(_) => true,
                 Ok(r) => !r.verify().is_empty(),
             };

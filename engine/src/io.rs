@@ -58,14 +58,23 @@ pub fn probe_direct_io(dir: &Path) -> bool {
 
 impl DataFile {
     /// Opens (and with `create`, creates) `path` read-write in `mode`.
-    pub fn open(path: &Path, mode: IoMode, create: bool, counters: Arc<IoCounters>) -> Result<Self> {
+    pub fn open(
+        path: &Path,
+        mode: IoMode,
+        create: bool,
+        counters: Arc<IoCounters>,
+    ) -> Result<Self> {
         let mut oo = OpenOptions::new();
         oo.read(true).write(true).create(create);
         if mode == IoMode::Direct {
             oo.custom_flags(libc::O_DIRECT);
         }
         let file = oo.open(path).map_err(|e| Error::io(path, e))?;
-        Ok(DataFile { file, path: path.to_path_buf(), counters })
+        Ok(DataFile {
+            file,
+            path: path.to_path_buf(),
+            counters,
+        })
     }
 
     /// Opens `path` read-only (used by offline checks).
@@ -76,7 +85,11 @@ impl DataFile {
             oo.custom_flags(libc::O_DIRECT);
         }
         let file = oo.open(path).map_err(|e| Error::io(path, e))?;
-        Ok(DataFile { file, path: path.to_path_buf(), counters })
+        Ok(DataFile {
+            file,
+            path: path.to_path_buf(),
+            counters,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -119,7 +132,10 @@ impl DataFile {
             return Err(Error::corruption(
                 &self.path,
                 off,
-                format!("short read: wanted {len} bytes, file ends at {}", start + n as u64),
+                format!(
+                    "short read: wanted {len} bytes, file ends at {}",
+                    start + n as u64
+                ),
             ));
         }
         Ok((buf, skip))
@@ -182,7 +198,14 @@ impl DataFile {
     pub fn preallocate(&self, len: u64) -> Result<()> {
         use std::os::fd::AsRawFd;
         // SAFETY: plain syscall on an open descriptor.
-        let r = unsafe { libc::fallocate(self.file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len as libc::off_t) };
+        let r = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_KEEP_SIZE,
+                0,
+                len as libc::off_t,
+            )
+        };
         if r == 0 {
             return Ok(());
         }

@@ -28,11 +28,21 @@ impl DirLock {
             let mut holder = String::new();
             let _ = f.read_to_string(&mut holder);
             let holder = holder.trim();
-            let holder = if holder.is_empty() { "unknown process".to_string() } else { format!("pid {holder}") };
-            return Err(Error::Locked { path: dir.to_path_buf(), holder });
+            let holder = if holder.is_empty() {
+                "unknown process".to_string()
+            } else {
+                format!("pid {holder}")
+            };
+            return Err(Error::Locked {
+                path: dir.to_path_buf(),
+                holder,
+            });
         }
         let pid = std::process::id().to_string();
-        f.set_len(0).and_then(|_| f.rewind()).and_then(|_| f.write_all(pid.as_bytes())).map_err(|e| Error::io(&path, e))?;
+        f.set_len(0)
+            .and_then(|_| f.rewind())
+            .and_then(|_| f.write_all(pid.as_bytes()))
+            .map_err(|e| Error::io(&path, e))?;
         Ok(DirLock { _file: f })
     }
 }

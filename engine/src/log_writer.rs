@@ -70,7 +70,14 @@ pub fn create_segment(
         return Err(e);
     }
     sync_dir(dir)?;
-    Ok(Arc::new(Segment::new(id, file, Vec::new(), false, DATA_START, cache)))
+    Ok(Arc::new(Segment::new(
+        id,
+        file,
+        Vec::new(),
+        false,
+        DATA_START,
+        cache,
+    )))
 }
 
 impl LogWriter {
@@ -93,7 +100,11 @@ impl LogWriter {
         if buf_len > 0 {
             let n = seg.file.read_full(&mut buf[..PAGE], buf_start)?;
             if n < buf_len {
-                return Err(Error::corruption(seg.file.path(), buf_start, "tail page shorter than the committed data"));
+                return Err(Error::corruption(
+                    seg.file.path(),
+                    buf_start,
+                    "tail page shorter than the committed data",
+                ));
             }
             buf[buf_len..PAGE].fill(0);
         }
@@ -135,7 +146,8 @@ impl LogWriter {
     /// segment if needed. Errors here (e.g. ENOSPC) leave the log unchanged.
     pub fn prepare(&mut self, bytes: u64) -> Result<Option<Arc<Segment>>> {
         self.check_poisoned()?;
-        let full = self.end() + self.open.raw_len() as u64 + bytes > self.segment_size && self.end() > DATA_START;
+        let full = self.end() + self.open.raw_len() as u64 + bytes > self.segment_size
+            && self.end() > DATA_START;
         if !self.seg.sealed.load(Ordering::SeqCst) && !full {
             return Ok(None);
         }
@@ -143,7 +155,14 @@ impl LogWriter {
             self.seal_segment()?;
         }
         let size = self.segment_size.max(bytes + PAGE as u64);
-        let seg = create_segment(&self.dir, self.next_seg_id, self.mode, self.counters.clone(), self.cache.clone(), size)?;
+        let seg = create_segment(
+            &self.dir,
+            self.next_seg_id,
+            self.mode,
+            self.counters.clone(),
+            self.cache.clone(),
+            size,
+        )?;
         self.next_seg_id += 1;
         self.seg = seg.clone();
         self.buf_start = DATA_START;
@@ -165,8 +184,14 @@ impl LogWriter {
 
     /// Appends a record to the open block; returns the offset the block will have.
     pub fn add(&mut self, rec: &RecordRef<'_>) -> Result<u64> {
-        if !self.open.is_empty() && (self.open.raw_len() + rec.encoded_len() > self.block_size || !self.open.has_room()) {
-            let flags = if self.in_batch && self.batch_in_open > 0 { FLAG_CONTINUES } else { 0 };
+        if !self.open.is_empty()
+            && (self.open.raw_len() + rec.encoded_len() > self.block_size || !self.open.has_room())
+        {
+            let flags = if self.in_batch && self.batch_in_open > 0 {
+                FLAG_CONTINUES
+            } else {
+                0
+            };
             self.seal_block(flags)?;
         }
         self.open.add(rec);
@@ -196,8 +221,10 @@ impl LogWriter {
         let raw = Arc::new(self.open.raw().to_vec());
         let nrecs = self.open.nrecs();
         self.scratch.clear();
-        self.open.seal_into(&mut self.scratch, self.compression, flags);
-        let h = crate::block::BlockHeader::parse(&self.scratch).expect("freshly sealed block parses");
+        self.open
+            .seal_into(&mut self.scratch, self.compression, flags);
+        let h =
+            crate::block::BlockHeader::parse(&self.scratch).expect("freshly sealed block parses");
         debug_assert_eq!(h.nrecs, nrecs);
         let info = BlockInfo {
             off,
@@ -207,12 +234,15 @@ impl LogWriter {
             max_seqno: h.max_seqno,
             flags,
         };
-        self.cache.insert((self.seg.id, off), raw.clone(), raw.len());
+        self.cache
+            .insert((self.seg.id, off), raw.clone(), raw.len());
         let data = std::mem::take(&mut self.scratch);
         let res = self.append(&data);
         self.scratch = data;
         res?;
-        self.seg.raw_bytes.fetch_add(info.raw_len as u64, Ordering::Relaxed);
+        self.seg
+            .raw_bytes
+            .fetch_add(info.raw_len as u64, Ordering::Relaxed);
         self.seg.blocks.write().push(info);
         if flags & FLAG_CONTINUES == 0 {
             self.batch_in_open = 0;
@@ -241,13 +271,19 @@ impl LogWriter {
         }
         let aligned = align_up(self.buf_len as u64, PAGE as u64) as usize;
         self.buf[self.buf_len..aligned].fill(0);
-        if let Err(e) = self.seg.file.write_aligned(&self.buf[..aligned], self.buf_start) {
+        if let Err(e) = self
+            .seg
+            .file
+            .write_aligned(&self.buf[..aligned], self.buf_start)
+        {
             if !matches!(e, Error::NoSpace { .. }) {
                 self.poisoned = Some(e.to_string());
             }
             return Err(e);
         }
-        self.seg.written_end.store(self.buf_start + self.buf_len as u64, Ordering::SeqCst);
+        self.seg
+            .written_end
+            .store(self.buf_start + self.buf_len as u64, Ordering::SeqCst);
         let full = align_down(self.buf_len as u64, PAGE as u64) as usize;
         if full > 0 {
             self.buf.copy_within(full..self.buf_len, 0);

@@ -43,10 +43,19 @@ impl Memtable {
     /// Inserts a version. Returns the entry it replaced with the same (key, seqno),
     /// which only happens for relocated copies.
     pub fn insert(&self, coll: CollId, key: &[u8], e: IndexEntry) -> Option<IndexEntry> {
-        let k = MemKey { coll, key: key.into(), seqno: Reverse(e.seqno) };
-        let prev = if e.reloc { self.map.get(&k).map(|x| *x.value()) } else { None };
+        let k = MemKey {
+            coll,
+            key: key.into(),
+            seqno: Reverse(e.seqno),
+        };
+        let prev = if e.reloc {
+            self.map.get(&k).map(|x| *x.value())
+        } else {
+            None
+        };
         if prev.is_none() {
-            self.bytes.fetch_add(ENTRY_OVERHEAD + key.len() as u64, Ordering::Relaxed);
+            self.bytes
+                .fetch_add(ENTRY_OVERHEAD + key.len() as u64, Ordering::Relaxed);
         }
         self.map.insert(k, e);
         prev
@@ -67,7 +76,11 @@ impl Memtable {
 
     /// Newest version of `key` with seqno ≤ `snap`.
     pub fn get(&self, coll: CollId, key: &[u8], snap: Seqno) -> Option<IndexEntry> {
-        let lo = MemKey { coll, key: key.into(), seqno: Reverse(snap) };
+        let lo = MemKey {
+            coll,
+            key: key.into(),
+            seqno: Reverse(snap),
+        };
         let e = self.map.lower_bound(Bound::Included(&lo))?;
         (e.key().coll == coll && &*e.key().key == key).then(|| *e.value())
     }
@@ -75,12 +88,23 @@ impl Memtable {
     /// Up to `limit` versions of `coll` between `lo` and `hi` (bounds on whole
     /// `MemKey`s, so a chunked walk can resume exactly after the last one returned),
     /// ascending or descending.
-    pub fn chunk(&self, lo: Bound<&MemKey>, hi: Bound<&MemKey>, reverse: bool, limit: usize) -> Vec<(MemKey, IndexEntry)> {
+    pub fn chunk(
+        &self,
+        lo: Bound<&MemKey>,
+        hi: Bound<&MemKey>,
+        reverse: bool,
+        limit: usize,
+    ) -> Vec<(MemKey, IndexEntry)> {
         let r = self.map.range::<MemKey, _>((lo, hi));
         if reverse {
-            r.rev().take(limit).map(|e| (e.key().clone(), *e.value())).collect()
+            r.rev()
+                .take(limit)
+                .map(|e| (e.key().clone(), *e.value()))
+                .collect()
         } else {
-            r.take(limit).map(|e| (e.key().clone(), *e.value())).collect()
+            r.take(limit)
+                .map(|e| (e.key().clone(), *e.value()))
+                .collect()
         }
     }
 

@@ -134,8 +134,22 @@ mod tests {
     #[test]
     fn encode_decode_roundtrip_with_reloc_flag() {
         let mut buf = Vec::new();
-        let a = RecordRef { kind: Kind::Put, reloc: true, coll: 7, seqno: 1 << 40, key: b"k", value: b"value" };
-        let b = RecordRef { kind: Kind::Delete, reloc: false, coll: 0, seqno: 2, key: b"", value: b"" };
+        let a = RecordRef {
+            kind: Kind::Put,
+            reloc: true,
+            coll: 7,
+            seqno: 1 << 40,
+            key: b"k",
+            value: b"value",
+        };
+        let b = RecordRef {
+            kind: Kind::Delete,
+            reloc: false,
+            coll: 0,
+            seqno: 2,
+            key: b"",
+            value: b"",
+        };
         encode(&mut buf, &a);
         encode(&mut buf, &b);
         assert_eq!(buf.len(), a.encoded_len() + b.encoded_len());
@@ -146,10 +160,8 @@ mod tests {
     proptest! {
         #[test]
         fn record_decoder_survives_arbitrary_bytes(b in proptest::collection::vec(any::<u8>(), 0..256)) {
-            for item in RecordIter::new(&b) {
-                if let Ok((at, r)) = item {
-                    prop_assert!(at + r.encoded_len() <= b.len());
-                }
+            for (at, r) in RecordIter::new(&b).flatten() {
+                prop_assert!(at + r.encoded_len() <= b.len());
             }
         }
     }

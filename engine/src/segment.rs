@@ -32,7 +32,10 @@ pub fn segment_path(dir: &Path, id: SegId) -> PathBuf {
 
 /// Parses a segment id from a file name.
 pub fn parse_segment_name(name: &str) -> Option<SegId> {
-    name.strip_prefix("seg-")?.strip_suffix(".log")?.parse().ok()
+    name.strip_prefix("seg-")?
+        .strip_suffix(".log")?
+        .parse()
+        .ok()
 }
 
 /// Where one block lives and which seqnos it holds.
@@ -65,7 +68,11 @@ pub fn check_header(page: &[u8], id: SegId, path: &Path) -> Result<()> {
     }
     let crc = u32::from_le_bytes(page[16..20].try_into().unwrap());
     if crc32c::crc32c(&page[0..16]) != crc {
-        return Err(Error::corruption(path, 0, "segment header checksum mismatch"));
+        return Err(Error::corruption(
+            path,
+            0,
+            "segment header checksum mismatch",
+        ));
     }
     let version = u32::from_le_bytes(page[8..12].try_into().unwrap());
     if version != SEG_VERSION {
@@ -77,7 +84,11 @@ pub fn check_header(page: &[u8], id: SegId, path: &Path) -> Result<()> {
     }
     let got = u32::from_le_bytes(page[12..16].try_into().unwrap());
     if got != id {
-        return Err(Error::corruption(path, 12, format!("header names segment {got}, file name says {id}")));
+        return Err(Error::corruption(
+            path,
+            12,
+            format!("header names segment {got}, file name says {id}"),
+        ));
     }
     Ok(())
 }
@@ -129,7 +140,14 @@ pub fn decode_footer(b: &[u8], path: &Path, footer_off: u64) -> Result<(Vec<Bloc
         else {
             return Err(bad("truncated"));
         };
-        blocks.push(BlockInfo { off, len, raw_len, min_seqno: min, max_seqno: max, flags });
+        blocks.push(BlockInfo {
+            off,
+            len,
+            raw_len,
+            min_seqno: min,
+            max_seqno: max,
+            flags,
+        });
     }
     let body_end = r.pos();
     let crc = r.u32().ok_or_else(|| bad("truncated"))?;
@@ -159,7 +177,11 @@ pub fn read_footer(file: &DataFile) -> Result<Option<(Vec<BlockInfo>, u64)>> {
     }
     let footer_off = u64::from_le_bytes(last[PAGE - 16..PAGE - 8].try_into().unwrap());
     if footer_off < DATA_START || footer_off >= len || footer_off % PAGE as u64 != 0 {
-        return Err(Error::corruption(file.path(), len - 16, "segment end marker points outside the file"));
+        return Err(Error::corruption(
+            file.path(),
+            len - 16,
+            "segment end marker points outside the file",
+        ));
     }
     let mut buf = AlignedBuf::zeroed((len - footer_off) as usize);
     file.read_full(&mut buf, footer_off)?;
@@ -209,14 +231,19 @@ pub fn scan_blocks(
         }
         let rel = (off - win_start) as usize;
         let Some(h) = BlockHeader::parse(&window[rel..win_len.max(rel)]) else {
-            if window[rel..(rel + HEADER_LEN).min(win_len)].iter().any(|&b| b != 0) {
+            if window[rel..(rel + HEADER_LEN).min(win_len)]
+                .iter()
+                .any(|&b| b != 0)
+            {
                 stop_reason = Some(format!("invalid block header at offset {off}"));
             }
             break;
         };
         let len = h.disk_len();
         if off + len as u64 > limit {
-            stop_reason = Some(format!("block at offset {off} extends past the end of the data"));
+            stop_reason = Some(format!(
+                "block at offset {off} extends past the end of the data"
+            ));
             break;
         }
         let bytes: &[u8] = if rel + len <= win_len {
@@ -249,9 +276,15 @@ pub fn scan_blocks(
         }
     }
     if !pending.is_empty() && stop_reason.is_none() {
-        stop_reason = Some(format!("incomplete write batch at offset {committed_end} discarded"));
+        stop_reason = Some(format!(
+            "incomplete write batch at offset {committed_end} discarded"
+        ));
     }
-    Ok(ScanEnd { committed_end, blocks, stop_reason })
+    Ok(ScanEnd {
+        committed_end,
+        blocks,
+        stop_reason,
+    })
 }
 
 #[cfg(test)]
@@ -262,8 +295,22 @@ mod tests {
     #[test]
     fn footer_roundtrips_and_detects_flips() {
         let blocks = vec![
-            BlockInfo { off: 4096, len: 100, raw_len: 200, min_seqno: 1, max_seqno: 5, flags: 0 },
-            BlockInfo { off: 4196, len: 4000, raw_len: 9000, min_seqno: 6, max_seqno: 9, flags: 1 },
+            BlockInfo {
+                off: 4096,
+                len: 100,
+                raw_len: 200,
+                min_seqno: 1,
+                max_seqno: 5,
+                flags: 0,
+            },
+            BlockInfo {
+                off: 4196,
+                len: 4000,
+                raw_len: 9000,
+                min_seqno: 6,
+                max_seqno: 9,
+                flags: 1,
+            },
         ];
         let f = encode_footer(&blocks, 8196);
         let (got, end) = decode_footer(&f, Path::new("s"), 8192).unwrap();

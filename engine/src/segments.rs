@@ -29,7 +29,14 @@ pub struct Segment {
 }
 
 impl Segment {
-    pub fn new(id: SegId, file: DataFile, blocks: Vec<BlockInfo>, sealed: bool, written_end: u64, cache: Arc<DataCache>) -> Self {
+    pub fn new(
+        id: SegId,
+        file: DataFile,
+        blocks: Vec<BlockInfo>,
+        sealed: bool,
+        written_end: u64,
+        cache: Arc<DataCache>,
+    ) -> Self {
         let raw = blocks.iter().map(|b| b.raw_len as u64).sum();
         Segment {
             id,

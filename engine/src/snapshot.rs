@@ -42,7 +42,12 @@ impl Snapshot {
             (inner.visible_seqno.load(Ordering::SeqCst), v.clone())
         };
         let segs = inner.segments.read().clone();
-        Snapshot { inner, seqno, version, segs }
+        Snapshot {
+            inner,
+            seqno,
+            version,
+            segs,
+        }
     }
 
     /// Writes with seqno ≤ this are visible.
@@ -57,11 +62,18 @@ impl Snapshot {
     /// Point read as of the snapshot.
     pub fn get(&self, collection: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let id = self.coll(collection)?;
-        self.inner.get_at(id, key, self.seqno, Some((&self.version, &self.segs)))
+        self.inner
+            .get_at(id, key, self.seqno, Some((&self.version, &self.segs)))
     }
 
     /// Ordered scan within bounds, as of the snapshot.
-    pub fn scan(&self, collection: &str, lo: Bound<&[u8]>, hi: Bound<&[u8]>, dir: Direction) -> Result<ScanIter> {
+    pub fn scan(
+        &self,
+        collection: &str,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        dir: Direction,
+    ) -> Result<ScanIter> {
         Ok(self.scan_id(self.coll(collection)?, lo, hi, dir))
     }
 
@@ -79,8 +91,20 @@ impl Snapshot {
         self.scan_id(coll, Bound::Included(prefix), hi_b, dir)
     }
 
-    pub(crate) fn scan_id(&self, coll: CollId, lo: Bound<&[u8]>, hi: Bound<&[u8]>, dir: Direction) -> ScanIter {
-        ScanIter::new(self.clone(), coll, own(lo), own(hi), dir == Direction::Backward)
+    pub(crate) fn scan_id(
+        &self,
+        coll: CollId,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        dir: Direction,
+    ) -> ScanIter {
+        ScanIter::new(
+            self.clone(),
+            coll,
+            own(lo),
+            own(hi),
+            dir == Direction::Backward,
+        )
     }
 }
 
@@ -124,8 +148,19 @@ struct MemSource {
 }
 
 impl MemSource {
-    fn new(mt: Arc<Memtable>, coll: CollId, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>, reverse: bool, snap: Seqno) -> Self {
-        let mk = |k: &[u8], s: u64| MemKey { coll, key: k.into(), seqno: Reverse(s) };
+    fn new(
+        mt: Arc<Memtable>,
+        coll: CollId,
+        lo: &Bound<Vec<u8>>,
+        hi: &Bound<Vec<u8>>,
+        reverse: bool,
+        snap: Seqno,
+    ) -> Self {
+        let mk = |k: &[u8], s: u64| MemKey {
+            coll,
+            key: k.into(),
+            seqno: Reverse(s),
+        };
         let lo = match lo {
             Bound::Included(k) => Bound::Included(mk(k, u64::MAX)),
             Bound::Excluded(k) => Bound::Excluded(mk(k, 0)),
@@ -134,16 +169,30 @@ impl MemSource {
         let hi = match hi {
             Bound::Included(k) => Bound::Included(mk(k, 0)),
             Bound::Excluded(k) => Bound::Excluded(mk(k, u64::MAX)),
-            Bound::Unbounded => Bound::Excluded(MemKey { coll: coll + 1, key: Box::new([]), seqno: Reverse(u64::MAX) }),
+            Bound::Unbounded => Bound::Excluded(MemKey {
+                coll: coll + 1,
+                key: Box::new([]),
+                seqno: Reverse(u64::MAX),
+            }),
         };
-        let mut s = MemSource { mt, lo, hi, reverse, buf: VecDeque::new(), exhausted: false, snap };
+        let mut s = MemSource {
+            mt,
+            lo,
+            hi,
+            reverse,
+            buf: VecDeque::new(),
+            exhausted: false,
+            snap,
+        };
         s.fill();
         s
     }
 
     fn fill(&mut self) {
         while self.buf.is_empty() && !self.exhausted {
-            let chunk = self.mt.chunk(bound_ref(&self.lo), bound_ref(&self.hi), self.reverse, 256);
+            let chunk = self
+                .mt
+                .chunk(bound_ref(&self.lo), bound_ref(&self.hi), self.reverse, 256);
             if chunk.len() < 256 {
                 self.exhausted = true;
             }
@@ -154,7 +203,8 @@ impl MemSource {
                     self.lo = Bound::Excluded(last.clone());
                 }
             }
-            self.buf.extend(chunk.into_iter().filter(|(_, e)| e.seqno <= self.snap));
+            self.buf
+                .extend(chunk.into_iter().filter(|(_, e)| e.seqno <= self.snap));
         }
     }
 
@@ -185,7 +235,10 @@ impl Source {
     fn peek(&self) -> Option<(&[u8], IndexEntry)> {
         match self {
             Source::Mem(m) => m.peek(),
-            Source::Run(c, coll) => c.peek().filter(|(cc, _, _)| cc == coll).map(|(_, k, e)| (&**k, *e)),
+            Source::Run(c, coll) => c
+                .peek()
+                .filter(|(cc, _, _)| cc == coll)
+                .map(|(_, k, e)| (&**k, *e)),
         }
     }
 
@@ -214,14 +267,36 @@ pub struct ScanIter {
 }
 
 impl ScanIter {
-    fn new(snap: Snapshot, coll: CollId, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, reverse: bool) -> ScanIter {
-        ScanIter { snap, coll, lo, hi, reverse, sources: Vec::new(), started: false, failed: false }
+    fn new(
+        snap: Snapshot,
+        coll: CollId,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        reverse: bool,
+    ) -> ScanIter {
+        ScanIter {
+            snap,
+            coll,
+            lo,
+            hi,
+            reverse,
+            sources: Vec::new(),
+            started: false,
+            failed: false,
+        }
     }
 
     fn start(&mut self) -> Result<()> {
         let v = self.snap.version.clone();
         for mt in v.memtables() {
-            self.sources.push(Source::Mem(MemSource::new(mt.clone(), self.coll, &self.lo, &self.hi, self.reverse, self.snap.seqno)));
+            self.sources.push(Source::Mem(MemSource::new(
+                mt.clone(),
+                self.coll,
+                &self.lo,
+                &self.hi,
+                self.reverse,
+                self.snap.seqno,
+            )));
         }
         let seek_key: Option<&[u8]> = if self.reverse {
             match &self.hi {
@@ -235,7 +310,10 @@ impl ScanIter {
             }
         };
         for r in &v.runs {
-            self.sources.push(Source::Run(RunCursor::seek(r.clone(), self.coll, seek_key, self.reverse)?, self.coll));
+            self.sources.push(Source::Run(
+                RunCursor::seek(r.clone(), self.coll, seek_key, self.reverse)?,
+                self.coll,
+            ));
         }
         Ok(())
     }
@@ -252,7 +330,10 @@ impl ScanIter {
             Bound::Unbounded => true,
         };
         // (inside, past the end in scan direction)
-        (above_lo && below_hi, if self.reverse { !above_lo } else { !below_hi })
+        (
+            above_lo && below_hi,
+            if self.reverse { !above_lo } else { !below_hi },
+        )
     }
 
     fn next_entry(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
@@ -266,7 +347,13 @@ impl ScanIter {
                 if let Some((k, _)) = s.peek() {
                     let better = match &best_key {
                         None => true,
-                        Some(b) => if self.reverse { k > b.as_slice() } else { k < b.as_slice() },
+                        Some(b) => {
+                            if self.reverse {
+                                k > b.as_slice()
+                            } else {
+                                k < b.as_slice()
+                            }
+                        }
                     };
                     if better {
                         best_key = Some(k.to_vec());
@@ -294,7 +381,11 @@ impl ScanIter {
             if !inside || e.is_tombstone() {
                 continue;
             }
-            match self.snap.inner.read_value(self.coll, &key, &e, Some(&self.snap.segs))? {
+            match self
+                .snap
+                .inner
+                .read_value(self.coll, &key, &e, Some(&self.snap.segs))?
+            {
                 Some(v) => return Ok(Some((key, v))),
                 None => {
                     return Err(Error::corruption(

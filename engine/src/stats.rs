@@ -154,7 +154,11 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
     let dreads = s.device_reads.load(Ordering::Relaxed);
     let mem_tables: u64 = v.memtables().map(|m| m.approx_bytes()).sum();
     let run_mem: u64 = v.runs.iter().map(|r| r.memory_bytes() as u64).sum();
-    let memory = mem_tables + run_mem + inner.data_cache.used() as u64 + inner.index_cache.used() as u64 + inner.garbage.lock().memory_bytes() as u64;
+    let memory = mem_tables
+        + run_mem
+        + inner.data_cache.used() as u64
+        + inner.index_cache.used() as u64
+        + inner.garbage.lock().memory_bytes() as u64;
     let meta = inner.meta.lock();
     Stats {
         io_mode: inner.io_mode,

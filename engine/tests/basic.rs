@@ -1,6 +1,8 @@
 //! End-to-end behaviour of the engine API on a real data directory.
 
-use basalt_engine::{Compression, Db, Direction, Durability, Error, Options, WriteBatch, MAX_KEY_LEN, MAX_VALUE_LEN};
+use basalt_engine::{
+    Compression, Db, Direction, Durability, Error, Options, WriteBatch, MAX_KEY_LEN, MAX_VALUE_LEN,
+};
 use std::ops::Bound;
 
 fn small_opts() -> Options {
@@ -15,24 +17,39 @@ fn small_opts() -> Options {
 }
 
 fn all(db: &Db, coll: &str, dir: Direction) -> Vec<(Vec<u8>, Vec<u8>)> {
-    db.collection(coll).unwrap().scan(Bound::Unbounded, Bound::Unbounded, dir).unwrap().map(|r| r.unwrap()).collect()
+    db.collection(coll)
+        .unwrap()
+        .scan(Bound::Unbounded, Bound::Unbounded, dir)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect()
 }
 
 #[test]
 fn put_get_delete_survive_reopen_with_every_compression() {
     for c in [Compression::None, Compression::Lz4, Compression::Zstd(3)] {
         let dir = tempfile::tempdir().unwrap();
-        let opts = Options { compression: c, ..small_opts() };
+        let opts = Options {
+            compression: c,
+            ..small_opts()
+        };
         {
             let db = Db::open(dir.path(), opts.clone()).unwrap();
             let u = db.create_collection("users").unwrap();
             for i in 0..2000u32 {
-                u.put(format!("k{i:05}").as_bytes(), format!("value-{i}-{}", "x".repeat(100)).as_bytes()).unwrap();
+                u.put(
+                    format!("k{i:05}").as_bytes(),
+                    format!("value-{i}-{}", "x".repeat(100)).as_bytes(),
+                )
+                .unwrap();
             }
             for i in (0..2000u32).step_by(3) {
                 u.delete(format!("k{i:05}").as_bytes()).unwrap();
             }
-            assert_eq!(u.get(b"k00001").unwrap().unwrap(), format!("value-1-{}", "x".repeat(100)).into_bytes());
+            assert_eq!(
+                u.get(b"k00001").unwrap().unwrap(),
+                format!("value-1-{}", "x".repeat(100)).into_bytes()
+            );
             assert_eq!(u.get(b"k00000").unwrap(), None);
             db.close().unwrap();
         }
@@ -43,7 +60,11 @@ fn put_get_delete_survive_reopen_with_every_compression() {
             if i % 3 == 0 {
                 assert_eq!(got, None, "{c:?}: deleted key {i} came back");
             } else {
-                assert_eq!(got.unwrap(), format!("value-{i}-{}", "x".repeat(100)).into_bytes(), "{c:?} key {i}");
+                assert_eq!(
+                    got.unwrap(),
+                    format!("value-{i}-{}", "x".repeat(100)).into_bytes(),
+                    "{c:?} key {i}"
+                );
             }
         }
     }
@@ -62,13 +83,38 @@ fn scans_are_ordered_both_ways_and_respect_bounds_and_prefixes() {
     db.flush().unwrap();
     c.put(b"b2", b"NEW").unwrap();
     c.delete(b"a2").unwrap();
-    let keys = |v: Vec<(Vec<u8>, Vec<u8>)>| v.into_iter().map(|(k, _)| String::from_utf8(k).unwrap()).collect::<Vec<_>>();
-    assert_eq!(keys(all(&db, "c", Direction::Forward)), ["a1", "b1", "b2", "b3", "c1"]);
-    assert_eq!(keys(all(&db, "c", Direction::Backward)), ["c1", "b3", "b2", "b1", "a1"]);
-    let p: Vec<_> = c.scan_prefix(b"b", Direction::Forward).unwrap().map(|r| r.unwrap()).collect();
-    assert_eq!(p, vec![(b"b1".to_vec(), b"B1".to_vec()), (b"b2".to_vec(), b"NEW".to_vec()), (b"b3".to_vec(), b"B3".to_vec())]);
+    let keys = |v: Vec<(Vec<u8>, Vec<u8>)>| {
+        v.into_iter()
+            .map(|(k, _)| String::from_utf8(k).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        keys(all(&db, "c", Direction::Forward)),
+        ["a1", "b1", "b2", "b3", "c1"]
+    );
+    assert_eq!(
+        keys(all(&db, "c", Direction::Backward)),
+        ["c1", "b3", "b2", "b1", "a1"]
+    );
+    let p: Vec<_> = c
+        .scan_prefix(b"b", Direction::Forward)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(
+        p,
+        vec![
+            (b"b1".to_vec(), b"B1".to_vec()),
+            (b"b2".to_vec(), b"NEW".to_vec()),
+            (b"b3".to_vec(), b"B3".to_vec())
+        ]
+    );
     let r: Vec<_> = c
-        .scan(Bound::Excluded(b"b1"), Bound::Included(b"c1"), Direction::Backward)
+        .scan(
+            Bound::Excluded(b"b1"),
+            Bound::Included(b"c1"),
+            Direction::Backward,
+        )
         .unwrap()
         .map(|r| r.unwrap().0)
         .collect();
@@ -92,10 +138,18 @@ fn snapshot_sees_the_past_while_writes_flushes_and_gc_go_on() {
         while db.gc_force_one().unwrap() {}
     }
     for i in 0..500u32 {
-        assert_eq!(snap.get("c", &i.to_be_bytes()).unwrap().unwrap(), vec![1u8; 200]);
+        assert_eq!(
+            snap.get("c", &i.to_be_bytes()).unwrap().unwrap(),
+            vec![1u8; 200]
+        );
         assert_eq!(c.get(&i.to_be_bytes()).unwrap().unwrap(), vec![5u8; 200]);
     }
-    let n = snap.scan("c", Bound::Unbounded, Bound::Unbounded, Direction::Forward).unwrap().map(|r| r.unwrap()).filter(|(_, v)| v[0] == 1).count();
+    let n = snap
+        .scan("c", Bound::Unbounded, Bound::Unbounded, Direction::Forward)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .filter(|(_, v)| v[0] == 1)
+        .count();
     assert_eq!(n, 500);
 }
 
@@ -106,7 +160,9 @@ fn batches_are_atomic_across_collections_and_changes_come_in_seqno_order() {
     db.create_collection("a").unwrap();
     db.create_collection("b").unwrap();
     let mut b = WriteBatch::new();
-    b.put("a", b"x", b"1").put("b", b"y", b"2").delete("a", b"missing");
+    b.put("a", b"x", b"1")
+        .put("b", b"y", b"2")
+        .delete("a", b"missing");
     let last = db.write(&b).unwrap();
     db.put("a", b"x", b"3").unwrap();
     let all: Vec<_> = db.changes(0).unwrap().map(|c| c.unwrap()).collect();
@@ -116,7 +172,13 @@ fn batches_are_atomic_across_collections_and_changes_come_in_seqno_order() {
     assert_eq!(seqnos, sorted);
     assert_eq!(all.len(), 4);
     assert_eq!(all[3].value.as_deref(), Some(&b"3"[..]));
-    let only_b: Vec<_> = db.collection("b").unwrap().changes(0).unwrap().map(|c| c.unwrap()).collect();
+    let only_b: Vec<_> = db
+        .collection("b")
+        .unwrap()
+        .changes(0)
+        .unwrap()
+        .map(|c| c.unwrap())
+        .collect();
     assert_eq!(only_b.len(), 1);
     assert_eq!(only_b[0].key, b"y");
     // resuming after the batch yields only the later put
@@ -128,15 +190,28 @@ fn batches_are_atomic_across_collections_and_changes_come_in_seqno_order() {
 fn collections_create_rename_drop_and_errors() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path(), small_opts()).unwrap();
-    db.create_collection("one").unwrap().put(b"k", b"v").unwrap();
-    assert!(matches!(db.create_collection("one"), Err(Error::CollectionExists(_))));
+    db.create_collection("one")
+        .unwrap()
+        .put(b"k", b"v")
+        .unwrap();
+    assert!(matches!(
+        db.create_collection("one"),
+        Err(Error::CollectionExists(_))
+    ));
     db.rename_collection("one", "two").unwrap();
-    assert!(matches!(db.get("one", b"k"), Err(Error::UnknownCollection(_))));
+    assert!(matches!(
+        db.get("one", b"k"),
+        Err(Error::UnknownCollection(_))
+    ));
     assert_eq!(db.get("two", b"k").unwrap().unwrap(), b"v");
     db.drop_collection("two").unwrap();
     assert_eq!(db.list_collections(), Vec::<String>::new());
     db.create_collection("two").unwrap();
-    assert_eq!(db.get("two", b"k").unwrap(), None, "a re-created collection starts empty");
+    assert_eq!(
+        db.get("two", b"k").unwrap(),
+        None,
+        "a re-created collection starts empty"
+    );
     drop(db);
     let db = Db::open(dir.path(), small_opts()).unwrap();
     assert_eq!(db.list_collections(), vec!["two".to_string()]);
@@ -149,15 +224,36 @@ fn limits_give_clear_errors() {
     let db = Db::open(dir.path(), small_opts()).unwrap();
     let c = db.create_collection("c").unwrap();
     let e = c.put(&vec![0; MAX_KEY_LEN + 1], b"v").unwrap_err();
-    assert!(e.to_string().contains("exceeds the limit of 4096 bytes"), "{e}");
+    assert!(
+        e.to_string().contains("exceeds the limit of 4096 bytes"),
+        "{e}"
+    );
     let e = c.put(b"k", &vec![0; MAX_VALUE_LEN + 1]).unwrap_err();
     assert!(matches!(e, Error::ValueTooLarge { .. }), "{e}");
-    assert!(matches!(db.put("nope", b"k", b"v"), Err(Error::UnknownCollection(_))));
-    assert!(matches!(db.create_collection("a/b"), Err(Error::InvalidCollectionName { .. })));
-    let e = Db::open(dir.path(), small_opts()).err().expect("second open must fail");
-    assert!(e.to_string().contains(&format!("pid {}", std::process::id())), "{e}");
-    let bad = Options { target_fill_pct: 99, ..small_opts() };
-    assert!(matches!(Db::open(tempfile::tempdir().unwrap().path(), bad), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        db.put("nope", b"k", b"v"),
+        Err(Error::UnknownCollection(_))
+    ));
+    assert!(matches!(
+        db.create_collection("a/b"),
+        Err(Error::InvalidCollectionName { .. })
+    ));
+    let e = Db::open(dir.path(), small_opts())
+        .err()
+        .expect("second open must fail");
+    assert!(
+        e.to_string()
+            .contains(&format!("pid {}", std::process::id())),
+        "{e}"
+    );
+    let bad = Options {
+        target_fill_pct: 99,
+        ..small_opts()
+    };
+    assert!(matches!(
+        Db::open(tempfile::tempdir().unwrap().path(), bad),
+        Err(Error::InvalidArgument(_))
+    ));
     // a large value round-trips
     let big = vec![7u8; 3 << 20];
     c.put(b"big", &big).unwrap();
@@ -167,7 +263,11 @@ fn limits_give_clear_errors() {
 #[test]
 fn gc_reclaims_space_and_keeps_every_live_value() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = Options { target_fill_pct: 70, compression: Compression::None, ..small_opts() };
+    let opts = Options {
+        target_fill_pct: 70,
+        compression: Compression::None,
+        ..small_opts()
+    };
     let db = Db::open(dir.path(), opts).unwrap();
     let c = db.create_collection("c").unwrap();
     let val = |i: u32, r: u32| format!("{i}-{r}-{}", "v".repeat(300)).into_bytes();
@@ -178,15 +278,32 @@ fn gc_reclaims_space_and_keeps_every_live_value() {
         db.flush().unwrap();
     }
     let before = db.stats();
-    assert!(before.space_amp > 3.0, "8 overwrites should leave garbage: {}", before.space_amp);
+    assert!(
+        before.space_amp > 3.0,
+        "8 overwrites should leave garbage: {}",
+        before.space_amp
+    );
     db.wait_for_gc().unwrap();
     let after = db.stats();
     assert!(after.gc_runs > 0);
-    assert!(after.disk_bytes < before.disk_bytes, "GC reclaimed nothing: {} -> {}", before.disk_bytes, after.disk_bytes);
+    assert!(
+        after.disk_bytes < before.disk_bytes,
+        "GC reclaimed nothing: {} -> {}",
+        before.disk_bytes,
+        after.disk_bytes
+    );
     // Only the tail segment and the one holding unflushed index entries may keep garbage.
     let fill = after.live_bytes as f64 / after.log_record_bytes as f64;
-    assert!(fill >= 0.6, "live fraction {fill} far below the 70% target after GC");
-    assert!(after.space_amp < before.space_amp / 2.0, "space-amp {} -> {}", before.space_amp, after.space_amp);
+    assert!(
+        fill >= 0.6,
+        "live fraction {fill} far below the 70% target after GC"
+    );
+    assert!(
+        after.space_amp < before.space_amp / 2.0,
+        "space-amp {} -> {}",
+        before.space_amp,
+        after.space_amp
+    );
     for i in 0..1000u32 {
         assert_eq!(c.get(&i.to_be_bytes()).unwrap().unwrap(), val(i, 7));
     }

@@ -6,17 +6,33 @@ use basalt_engine::{Db, Durability, Options};
 use std::path::{Path, PathBuf};
 
 fn opts() -> Options {
-    Options { segment_size: 128 << 10, block_size: 2048, memory_budget: 8 << 20, durability: Durability::NoSync, background_gc: false, ..Options::default() }
+    Options {
+        segment_size: 128 << 10,
+        block_size: 2048,
+        memory_budget: 8 << 20,
+        durability: Durability::NoSync,
+        background_gc: false,
+        ..Options::default()
+    }
 }
 
 /// A directory with sealed segments, a tail, two index runs, a delete list and a checkpoint.
 fn populated() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(dir.path(), Options { compression: basalt_engine::Compression::None, ..opts() }).unwrap();
+    let db = Db::open(
+        dir.path(),
+        Options {
+            compression: basalt_engine::Compression::None,
+            ..opts()
+        },
+    )
+    .unwrap();
     let c = db.create_collection("c").unwrap();
     for round in 0..3u32 {
         for i in 0..400u32 {
-            let v: Vec<u8> = (0..200u32).map(|j| ((i * 31 + j * 7 + round) % 251) as u8).collect();
+            let v: Vec<u8> = (0..200u32)
+                .map(|j| ((i * 31 + j * 7 + round) % 251) as u8)
+                .collect();
             c.put(&i.to_be_bytes(), &v).unwrap();
         }
         db.flush().unwrap();
@@ -60,11 +76,20 @@ fn flips_detected(pred: impl Fn(&str) -> bool, n: usize, seed: u64) {
             let rep = basalt_engine::check(dir.path()).unwrap();
             let name = path.file_name().unwrap().to_str().unwrap().to_string();
             assert!(!rep.is_ok(), "flip of bit {bit} in {name} went unnoticed");
-            assert!(rep.problems.iter().any(|p| p.contains(&name) || p.contains("CHECKPOINT")), "problem does not name {name}: {:?}", rep.problems);
+            assert!(
+                rep.problems
+                    .iter()
+                    .any(|p| p.contains(&name) || p.contains("CHECKPOINT")),
+                "problem does not name {name}: {:?}",
+                rep.problems
+            );
             std::fs::write(&path, &orig).unwrap();
         }
     }
-    assert!(basalt_engine::check(dir.path()).unwrap().is_ok(), "restored files must check clean");
+    assert!(
+        basalt_engine::check(dir.path()).unwrap().is_ok(),
+        "restored files must check clean"
+    );
 }
 
 #[test]
@@ -98,9 +123,16 @@ fn reading_a_damaged_block_names_file_and_offset() {
     }
     let db = Db::open(dir.path(), opts()).unwrap();
     let c = db.collection("c").unwrap();
-    let errs: Vec<String> = (0..400u32).filter_map(|i| c.get(&i.to_be_bytes()).err()).map(|e| e.to_string()).collect();
+    let errs: Vec<String> = (0..400u32)
+        .filter_map(|i| c.get(&i.to_be_bytes()).err())
+        .map(|e| e.to_string())
+        .collect();
     assert!(!errs.is_empty(), "some live key sits in a damaged block");
-    assert!(errs[0].contains("seg-") && errs[0].contains("at offset") && errs[0].contains("checksum"), "{}", errs[0]);
+    assert!(
+        errs[0].contains("seg-") && errs[0].contains("at offset") && errs[0].contains("checksum"),
+        "{}",
+        errs[0]
+    );
 }
 
 fn tail_segment(dir: &Path) -> PathBuf {
@@ -112,7 +144,15 @@ fn torn_final_block_is_discarded_and_earlier_synced_writes_survive() {
     let dir = tempfile::tempdir().unwrap();
     {
         // Uncompressed, so each write is one block of ~340 bytes.
-        let db = Db::open(dir.path(), Options { durability: Durability::SyncEveryWrite, compression: basalt_engine::Compression::None, ..opts() }).unwrap();
+        let db = Db::open(
+            dir.path(),
+            Options {
+                durability: Durability::SyncEveryWrite,
+                compression: basalt_engine::Compression::None,
+                ..opts()
+            },
+        )
+        .unwrap();
         let c = db.create_collection("c").unwrap();
         for i in 0..20u32 {
             c.put(&i.to_be_bytes(), &[i as u8; 300]).unwrap();
@@ -130,9 +170,17 @@ fn torn_final_block_is_discarded_and_earlier_synced_writes_survive() {
     let db = Db::open(dir.path(), opts()).unwrap();
     let c = db.collection("c").unwrap();
     for i in 0..19u32 {
-        assert_eq!(c.get(&i.to_be_bytes()).unwrap().unwrap(), vec![i as u8; 300], "synced write {i} lost");
+        assert_eq!(
+            c.get(&i.to_be_bytes()).unwrap().unwrap(),
+            vec![i as u8; 300],
+            "synced write {i} lost"
+        );
     }
-    assert_eq!(c.get(&19u32.to_be_bytes()).unwrap(), None, "the torn last write must be gone entirely");
+    assert_eq!(
+        c.get(&19u32.to_be_bytes()).unwrap(),
+        None,
+        "the torn last write must be gone entirely"
+    );
     c.put(b"after", b"recovery").unwrap();
     drop(c);
     drop(db);
@@ -146,7 +194,15 @@ fn torn_final_block_is_discarded_and_earlier_synced_writes_survive() {
 fn damage_in_the_middle_of_the_tail_is_refused_not_truncated() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let db = Db::open(dir.path(), Options { durability: Durability::SyncEveryWrite, compression: basalt_engine::Compression::None, ..opts() }).unwrap();
+        let db = Db::open(
+            dir.path(),
+            Options {
+                durability: Durability::SyncEveryWrite,
+                compression: basalt_engine::Compression::None,
+                ..opts()
+            },
+        )
+        .unwrap();
         let c = db.create_collection("c").unwrap();
         for i in 0..20u32 {
             c.put(&i.to_be_bytes(), &[i as u8; 300]).unwrap();
@@ -156,9 +212,14 @@ fn damage_in_the_middle_of_the_tail_is_refused_not_truncated() {
     let mut b = std::fs::read(&tail).unwrap();
     b[4096 + 200] ^= 0x10; // inside the first data block; valid blocks follow
     std::fs::write(&tail, &b).unwrap();
-    let err = Db::open(dir.path(), opts()).err().expect("open must refuse");
+    let err = Db::open(dir.path(), opts())
+        .err()
+        .expect("open must refuse");
     let msg = err.to_string();
-    assert!(msg.contains(tail.file_name().unwrap().to_str().unwrap()) && msg.contains("refusing"), "{msg}");
+    assert!(
+        msg.contains(tail.file_name().unwrap().to_str().unwrap()) && msg.contains("refusing"),
+        "{msg}"
+    );
     // Nothing was truncated: the file is as we left it.
     assert_eq!(std::fs::read(&tail).unwrap(), b);
 }

@@ -50,7 +50,7 @@ fn batch_ops(id: u64) -> Vec<(usize, Vec<u8>, Option<Vec<u8>>)> {
             continue;
         }
         let key = format!("k{k:04}").into_bytes();
-        if r.next() % 5 == 0 {
+        if r.next().is_multiple_of(5) {
             ops.push((c, key, None));
         } else {
             let len = 50 + (r.next() % 700) as usize;
@@ -67,8 +67,13 @@ fn batch_ops(id: u64) -> Vec<(usize, Vec<u8>, Option<Vec<u8>>)> {
 /// Child entry point: only active when spawned by the parent with the env var set.
 #[test]
 fn crash_child_entry() {
-    let Ok(dir) = std::env::var("BASALT_CRASH_CHILD_DIR") else { return };
-    let first: u64 = std::env::var("BASALT_CRASH_FIRST_BATCH").unwrap().parse().unwrap();
+    let Ok(dir) = std::env::var("BASALT_CRASH_CHILD_DIR") else {
+        return;
+    };
+    let first: u64 = std::env::var("BASALT_CRASH_FIRST_BATCH")
+        .unwrap()
+        .parse()
+        .unwrap();
     let db = Db::open(&dir, opts()).unwrap();
     for c in COLLS {
         db.collection_or_create(c).unwrap();
@@ -86,10 +91,10 @@ fn crash_child_entry() {
         println!("BEGIN {id}");
         db.write(&b).unwrap();
         println!("ACK {id}");
-        if id % 25 == 0 {
+        if id.is_multiple_of(25) {
             db.flush().unwrap();
         }
-        if id % 40 == 0 {
+        if id.is_multiple_of(40) {
             db.gc_force_one().unwrap();
         }
         id += 1;
@@ -111,7 +116,14 @@ fn read_all(db: &Db) -> Model {
     let mut m = Model::new();
     for (ci, c) in COLLS.iter().enumerate() {
         let Ok(coll) = db.collection(c) else { continue };
-        for item in coll.scan(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, basalt_engine::Direction::Forward).unwrap() {
+        for item in coll
+            .scan(
+                std::ops::Bound::Unbounded,
+                std::ops::Bound::Unbounded,
+                basalt_engine::Direction::Forward,
+            )
+            .unwrap()
+        {
             let (k, v) = item.unwrap();
             m.insert((ci, k), v);
         }
@@ -124,7 +136,10 @@ fn kill_9_at_random_points_loses_no_acknowledged_write() {
     if std::env::var("BASALT_CRASH_CHILD_DIR").is_ok() {
         return;
     }
-    let cycles: u64 = std::env::var("BASALT_CRASH_CYCLES").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+    let cycles: u64 = std::env::var("BASALT_CRASH_CYCLES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
     let dir = tempfile::tempdir().unwrap();
     let exe = std::env::current_exe().unwrap();
     let mut model = Model::new();
@@ -133,7 +148,12 @@ fn kill_9_at_random_points_loses_no_acknowledged_write() {
     let (mut in_flight_applied, mut in_flight_lost, mut total_acked) = (0, 0, 0);
     for cycle in 0..cycles {
         let mut child = Command::new(&exe)
-            .args(["--exact", "crash_child_entry", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "crash_child_entry",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("BASALT_CRASH_CHILD_DIR", dir.path())
             .env("BASALT_CRASH_FIRST_BATCH", next_batch.to_string())
             .stdout(Stdio::piped())
@@ -179,7 +199,14 @@ fn kill_9_at_random_points_loses_no_acknowledged_write() {
         }
         total_acked += acked.len();
         let in_flight = begun.iter().copied().find(|b| !acked.contains(b));
-        let db = Db::open(dir.path(), Options { background_gc: false, ..opts() }).unwrap_or_else(|e| panic!("cycle {cycle}: reopen failed: {e}"));
+        let db = Db::open(
+            dir.path(),
+            Options {
+                background_gc: false,
+                ..opts()
+            },
+        )
+        .unwrap_or_else(|e| panic!("cycle {cycle}: reopen failed: {e}"));
         let got = read_all(&db);
         if got != model {
             let id = in_flight.unwrap_or_else(|| panic!("cycle {cycle}: state differs from acknowledged writes and nothing was in flight"));
@@ -195,7 +222,11 @@ fn kill_9_at_random_points_loses_no_acknowledged_write() {
         drop(db);
         if cycle % 25 == 24 || cycle + 1 == cycles {
             let rep = basalt_engine::check(dir.path()).unwrap();
-            assert!(rep.is_ok(), "cycle {cycle}: check found problems: {:?}", rep.problems);
+            assert!(
+                rep.is_ok(),
+                "cycle {cycle}: check found problems: {:?}",
+                rep.problems
+            );
         }
     }
     println!(
@@ -203,5 +234,8 @@ fn kill_9_at_random_points_loses_no_acknowledged_write() {
          in-flight batch applied {in_flight_applied}x, absent {in_flight_lost}x; {} live keys at the end",
         model.len()
     );
-    assert!(total_acked > cycles as usize, "the child acknowledged too few batches for a meaningful test");
+    assert!(
+        total_acked > cycles as usize,
+        "the child acknowledged too few batches for a meaningful test"
+    );
 }

@@ -31,9 +31,15 @@ fn value(k: u32, ver: u64) -> Vec<u8> {
 
 fn parse(k: u32, v: &[u8]) -> u64 {
     let mut parts = v.splitn(3, |&b| b == b':');
-    let key: u32 = std::str::from_utf8(parts.next().unwrap()).unwrap().parse().unwrap();
+    let key: u32 = std::str::from_utf8(parts.next().unwrap())
+        .unwrap()
+        .parse()
+        .unwrap();
     assert_eq!(key, k, "value belongs to another key");
-    let ver: u64 = std::str::from_utf8(parts.next().unwrap()).unwrap().parse().unwrap();
+    let ver: u64 = std::str::from_utf8(parts.next().unwrap())
+        .unwrap()
+        .parse()
+        .unwrap();
     assert_eq!(v, value(k, ver).as_slice(), "value bytes damaged");
     ver
 }
@@ -86,7 +92,11 @@ fn readers_and_iterators_see_correct_values_while_gc_moves_and_drops_segments() 
                 let floor = version.load(Ordering::SeqCst);
                 let v = c.get(&k.to_be_bytes()).unwrap().expect("key never deleted");
                 let ver = parse(k, &v);
-                assert!(ver >= seen[k as usize] && ver >= floor, "key {k}: version {ver} went back (seen {}, floor {floor})", seen[k as usize]);
+                assert!(
+                    ver >= seen[k as usize] && ver >= floor,
+                    "key {k}: version {ver} went back (seen {}, floor {floor})",
+                    seen[k as usize]
+                );
                 seen[k as usize] = ver;
                 i += 1;
             }
@@ -98,15 +108,17 @@ fn readers_and_iterators_see_correct_values_while_gc_moves_and_drops_segments() 
         let (c, stop) = (c.clone(), stop.clone());
         threads.push(std::thread::spawn(move || {
             while !stop.load(Ordering::SeqCst) {
-                let mut it = c.scan(Bound::Unbounded, Bound::Unbounded, Direction::Forward).unwrap();
+                let it = c
+                    .scan(Bound::Unbounded, Bound::Unbounded, Direction::Forward)
+                    .unwrap();
                 let mut n = 0u32;
-                while let Some(item) = it.next() {
+                for item in it {
                     let (k, v) = item.unwrap();
                     let k = u32::from_be_bytes(k.try_into().unwrap());
                     assert_eq!(k, n, "scan skipped or repeated a key");
                     parse(k, &v);
                     n += 1;
-                    if n % 64 == 0 {
+                    if n.is_multiple_of(64) {
                         std::thread::sleep(std::time::Duration::from_millis(1));
                     }
                 }
@@ -130,7 +142,14 @@ fn readers_and_iterators_see_correct_values_while_gc_moves_and_drops_segments() 
 #[test]
 fn a_segment_referenced_by_a_snapshot_is_not_deleted_until_released() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(dir.path(), Options { background_gc: false, ..opts() }).unwrap();
+    let db = Db::open(
+        dir.path(),
+        Options {
+            background_gc: false,
+            ..opts()
+        },
+    )
+    .unwrap();
     let c = db.create_collection("c").unwrap();
     for k in 0..KEYS {
         c.put(&k.to_be_bytes(), &value(k, 0)).unwrap();
@@ -145,11 +164,23 @@ fn a_segment_referenced_by_a_snapshot_is_not_deleted_until_released() {
         db.flush().unwrap();
     }
     while db.gc_force_one().unwrap() {}
-    assert!(!db.stats().segments.iter().any(|s| s.id == 1), "segment 1 should have been collected");
-    assert!(first_seg.exists(), "a segment the snapshot references was deleted");
+    assert!(
+        !db.stats().segments.iter().any(|s| s.id == 1),
+        "segment 1 should have been collected"
+    );
+    assert!(
+        first_seg.exists(),
+        "a segment the snapshot references was deleted"
+    );
     for k in 0..KEYS {
-        assert_eq!(parse(k, &snap.get("c", &k.to_be_bytes()).unwrap().unwrap()), 0);
+        assert_eq!(
+            parse(k, &snap.get("c", &k.to_be_bytes()).unwrap().unwrap()),
+            0
+        );
     }
     drop(snap);
-    assert!(!first_seg.exists(), "the collected segment must go once the snapshot is released");
+    assert!(
+        !first_seg.exists(),
+        "the collected segment must go once the snapshot is released"
+    );
 }

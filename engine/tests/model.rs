@@ -110,11 +110,19 @@ fn run(ops: Vec<Op>) {
                 }
             }
             Op::Get(c, k) => {
-                assert_eq!(db.get(COLLS[c], &key(k)).unwrap(), model.get(&(c, key(k))).cloned(), "get {c} {k}");
+                assert_eq!(
+                    db.get(COLLS[c], &key(k)).unwrap(),
+                    model.get(&(c, key(k))).cloned(),
+                    "get {c} {k}"
+                );
             }
             Op::Scan(c, a, b, rev) => {
                 let (lo, hi) = (key(a.min(b)), key(a.max(b)));
-                let dir = if rev { Direction::Backward } else { Direction::Forward };
+                let dir = if rev {
+                    Direction::Backward
+                } else {
+                    Direction::Forward
+                };
                 let got: Vec<_> = db
                     .collection(COLLS[c])
                     .unwrap()
@@ -141,12 +149,19 @@ fn run(ops: Vec<Op>) {
                     latest.insert((ch.collection.clone(), ch.key.clone()), ch.value.clone());
                 }
                 for ((c, k), v) in &model {
-                    assert_eq!(latest.get(&(COLLS[*c].to_string(), k.clone())), Some(&Some(v.clone())), "feed misses the latest version");
+                    assert_eq!(
+                        latest.get(&(COLLS[*c].to_string(), k.clone())),
+                        Some(&Some(v.clone())),
+                        "feed misses the latest version"
+                    );
                 }
                 for ((c, k), v) in &latest {
                     let ci = COLLS.iter().position(|x| x == c).unwrap();
                     if v.is_some() {
-                        assert!(model.contains_key(&(ci, k.clone())), "feed ends with a put of a deleted key");
+                        assert!(
+                            model.contains_key(&(ci, k.clone())),
+                            "feed ends with a put of a deleted key"
+                        );
                     }
                 }
             }
@@ -154,8 +169,16 @@ fn run(ops: Vec<Op>) {
             Op::CheckSnapshot => {
                 if let Some((s, m)) = &snap {
                     for (ci, c) in COLLS.iter().enumerate() {
-                        let got: Vec<_> = s.scan(c, Bound::Unbounded, Bound::Unbounded, Direction::Forward).unwrap().map(|r| r.unwrap()).collect();
-                        let want: Vec<_> = m.iter().filter(|((x, _), _)| *x == ci).map(|((_, k), v)| (k.clone(), v.clone())).collect();
+                        let got: Vec<_> = s
+                            .scan(c, Bound::Unbounded, Bound::Unbounded, Direction::Forward)
+                            .unwrap()
+                            .map(|r| r.unwrap())
+                            .collect();
+                        let want: Vec<_> = m
+                            .iter()
+                            .filter(|((x, _), _)| *x == ci)
+                            .map(|((_, k), v)| (k.clone(), v.clone()))
+                            .collect();
                         assert_eq!(got, want, "snapshot of {c} changed");
                     }
                 }
@@ -211,5 +234,8 @@ fn model_run_with_heavy_overwrites_exercises_gc() {
     ops.push(Op::Scan(0, 0, 63, true));
     let before = GC_RUNS.load(std::sync::atomic::Ordering::Relaxed);
     run(ops);
-    assert!(GC_RUNS.load(std::sync::atomic::Ordering::Relaxed) > before, "GC never collected a segment");
+    assert!(
+        GC_RUNS.load(std::sync::atomic::Ordering::Relaxed) > before,
+        "GC never collected a segment"
+    );
 }

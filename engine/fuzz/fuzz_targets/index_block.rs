@@ -1,0 +1,7 @@
+//! Fuzz target: the index block decoder must return an error, never panic.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    basalt_engine::decoders::index_block(data);
+});

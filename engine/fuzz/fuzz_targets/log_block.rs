@@ -1,0 +1,7 @@
+//! Fuzz target: the log block decoder must return an error, never panic.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    basalt_engine::decoders::log_block(data);
+});

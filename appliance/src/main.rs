@@ -1,5 +1,4 @@
-//! The `basalt` binary.
+//! `basalt`: run, mount, serve, inspect, check and repair a Basalt store.
 fn main() {
-    eprintln!("basalt: the appliance binary is being assembled; see appliance/README.md");
-    std::process::exit(2);
+    std::process::exit(basalt_appliance::main_entry());
 }

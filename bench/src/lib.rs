@@ -4,6 +4,7 @@
 //!
 //! Entry points for the `basalt` binary: [`run_bench`] and [`run_compare`].
 
+pub mod basalt_adapter;
 pub mod compare;
 pub mod db_bench;
 pub mod engine;

@@ -1,0 +1,54 @@
+//! `basalt dump` and `basalt load`.
+
+use crate::cli::{DumpArgs, LoadArgs};
+use crate::{dump, store};
+use anyhow::{Context, Result};
+use std::io::{BufRead, BufReader, BufWriter, Write};
+
+pub fn run_dump(args: &DumpArgs, out: &mut dyn Write) -> Result<i32> {
+    let db = store::open(&args.data.data, store::offline_options())?;
+    let n = match &args.output {
+        Some(p) => {
+            let f =
+                std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
+            let mut w = BufWriter::new(f);
+            let n = dump::dump(&db, &args.collection, &mut w)?;
+            w.into_inner()
+                .map_err(|e| e.into_error())?
+                .sync_all()
+                .with_context(|| format!("syncing {}", p.display()))?;
+            n
+        }
+        None => dump::dump(&db, &args.collection, &mut BufWriter::new(&mut *out))?,
+    };
+    eprintln!(
+        "basalt dump: {} collection(s), {} record(s)",
+        n.collections, n.records
+    );
+    Ok(0)
+}
+
+pub fn run_load(args: &LoadArgs, out: &mut dyn Write) -> Result<i32> {
+    let opts = basalt_engine::Options {
+        durability: basalt_engine::Durability::NoSync,
+        create_if_missing: true,
+        ..store::offline_options()
+    };
+    let mut input: Box<dyn BufRead> = match &args.input {
+        Some(p) => Box::new(BufReader::new(
+            std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?,
+        )),
+        None => Box::new(std::io::stdin().lock()),
+    };
+    let db = store::open(&args.data.data, opts)?;
+    let n = dump::load(&db, &mut input)?;
+    db.close()?;
+    writeln!(
+        out,
+        "loaded {} collection(s), {} record(s) into {}",
+        n.collections,
+        n.records,
+        args.data.data.display()
+    )?;
+    Ok(0)
+}

@@ -1,0 +1,75 @@
+//! `basalt stats --data DIR [--json]`
+
+use crate::cli::StatsArgs;
+use crate::store;
+use anyhow::Result;
+use std::io::Write;
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+}
+
+pub fn run(args: &StatsArgs, out: &mut dyn Write) -> Result<i32> {
+    let db = store::open(&args.data.data, store::offline_options())?;
+    let s = db.stats();
+    if args.json {
+        writeln!(out, "{}", s.to_json())?;
+        return Ok(0);
+    }
+    let sealed = s.segments.iter().filter(|x| x.sealed).count();
+    writeln!(out, "data directory   {}", db.path().display())?;
+    writeln!(
+        out,
+        "collections      {} ({})",
+        s.collections,
+        db.list_collections().join(", ")
+    )?;
+    writeln!(out, "last seqno       {}", s.last_seqno)?;
+    writeln!(
+        out,
+        "io               {:?} ({}), compression {}",
+        s.io_mode, s.io_backend, s.compression
+    )?;
+    writeln!(out, "live data        {}", mib(s.live_bytes))?;
+    writeln!(
+        out,
+        "disk             {} (log {}, index {}); space-amp {:.2}",
+        mib(s.disk_bytes),
+        mib(s.log_disk_bytes),
+        mib(s.index_disk_bytes),
+        s.space_amp
+    )?;
+    writeln!(
+        out,
+        "segments         {} ({} sealed); GC target fill {}%",
+        s.segments.len(),
+        sealed,
+        s.target_fill_pct
+    )?;
+    writeln!(
+        out,
+        "index            {} runs, {} entries",
+        s.index_runs, s.index_entries
+    )?;
+    writeln!(
+        out,
+        "written          user {}, device {}; write-amp {:.2}",
+        mib(s.user_bytes_written),
+        mib(s.device_bytes_written),
+        s.write_amp
+    )?;
+    writeln!(
+        out,
+        "gc               {} runs, {} moved, {} reclaimed",
+        s.gc_runs,
+        mib(s.gc_bytes_moved),
+        mib(s.gc_bytes_reclaimed)
+    )?;
+    writeln!(
+        out,
+        "memory           {} of {}",
+        mib(s.memory_bytes),
+        mib(s.memory_budget)
+    )?;
+    Ok(0)
+}

@@ -1,1 +1,17 @@
-//! Basalt FUSE filesystem.
+//! Basalt FUSE filesystem: the mount root lists collections, a file at path `p` in a
+//! collection is the document with key `p`, large files are chunked into engine
+//! records. See `ARCHITECTURE.md` for the key layout and `README.md` for usage.
+
+mod document;
+mod error;
+mod fs;
+mod fuse;
+pub mod layout;
+mod load;
+mod mount;
+mod state;
+mod views;
+
+pub use document::{write_document, DocumentReader, DEFAULT_CHUNK_SIZE};
+pub use error::FsError;
+pub use mount::{force_unmount, is_stale_mount, mount, MountConfig, MountHandle};

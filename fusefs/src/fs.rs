@@ -1,0 +1,690 @@
+//! Namespace and data operations on the in-memory state (no FUSE types here).
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::time::{Duration, SystemTime};
+
+use crate::layout::{self, Kind, Manifest, Storage};
+use crate::load::{link_child, unlink_child};
+use crate::state::{engine_err, Batch, Chunk, Errno, Node, State, MAX_FILE_SIZE, ROOT_INO};
+
+/// Who asks (from the FUSE request).
+#[derive(Clone, Copy, Debug)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+fn e(code: i32) -> Errno {
+    Errno(code)
+}
+
+/// What to create.
+pub struct NewNode<'a> {
+    pub kind: Kind,
+    pub mode: u32,
+    pub umask: u32,
+    pub rdev: u32,
+    pub symlink: &'a [u8],
+}
+
+impl State {
+    /// Checks a directory entry name.
+    fn check_name(name: &OsStr) -> Result<(), Errno> {
+        let b = name.as_bytes();
+        if b.len() > 255 {
+            return Err(e(libc::ENAMETOOLONG));
+        }
+        if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') || b.contains(&0) {
+            return Err(e(libc::EINVAL));
+        }
+        Ok(())
+    }
+
+    fn dir(&self, ino: u64) -> Result<&Node, Errno> {
+        let n = self.node(ino)?;
+        if !n.is_dir() {
+            return Err(e(libc::ENOTDIR));
+        }
+        Ok(n)
+    }
+
+    /// Writes the records of unpersisted ancestors of `dir` (directories implied by
+    /// document paths) so that the directory survives when its last entry goes.
+    fn persist_dir_chain(&self, b: &mut Batch, dir: u64) -> Result<(), Errno> {
+        let mut cur = dir;
+        for _ in 0..4096 {
+            let n = self.node(cur)?;
+            if n.persisted || cur == ROOT_INO {
+                return Ok(());
+            }
+            self.put_inode(b, cur, true)?;
+            match n.links.iter().next() {
+                Some((p, _)) => cur = *p,
+                None => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    fn mark_chain_persisted(&mut self, dir: u64) {
+        let mut cur = dir;
+        for _ in 0..4096 {
+            let Some(n) = self.nodes.get_mut(&cur) else {
+                return;
+            };
+            if n.persisted || cur == ROOT_INO {
+                return;
+            }
+            n.persisted = true;
+            match n.links.iter().next() {
+                Some((p, _)) => cur = *p,
+                None => return,
+            }
+        }
+    }
+
+    fn touch_dir(&mut self, ino: u64, now: SystemTime) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.mtime = now;
+            n.ctime = now;
+        }
+    }
+
+    /// Creates a file, directory, symlink or special file in a collection directory.
+    pub fn create(
+        &mut self,
+        who: Caller,
+        parent: u64,
+        name: &OsStr,
+        new: NewNode<'_>,
+    ) -> Result<u64, Errno> {
+        Self::check_name(name)?;
+        let p = self.dir(parent)?;
+        if p.children.contains_key(name) {
+            return Err(e(libc::EEXIST));
+        }
+        let (coll, pperm, pgid) = (p.coll, p.perm, p.gid);
+        let path = self.child_path(parent, name)?;
+        let now = SystemTime::now();
+        let ino = self.alloc_ino();
+        let fid = self.alloc_fid(coll);
+        let mut perm = (new.mode & !new.umask & 0o7777) as u16;
+        let mut gid = who.gid;
+        if pperm & libc::S_ISGID as u16 != 0 {
+            gid = pgid;
+            if new.kind == Kind::Dir {
+                perm |= libc::S_ISGID as u16;
+            }
+        }
+        let mut n = Node::new(ino, coll, fid, new.kind, perm, now);
+        n.uid = who.uid;
+        n.gid = gid;
+        n.rdev = new.rdev;
+        n.chunk_size = self.chunk_size;
+        if new.kind == Kind::Symlink {
+            n.symlink = new.symlink.to_vec();
+            n.size = new.symlink.len() as u64;
+        }
+        if new.kind == Kind::Dir {
+            n.nlink = 2;
+        }
+        self.nodes.insert(ino, n);
+        link_child(self, parent, name.to_os_string(), ino);
+        let old_parent_times = {
+            let p = self.node(parent)?;
+            (p.mtime, p.ctime)
+        };
+        self.touch_dir(parent, now);
+        let coll_name = self.coll_name(coll)?.to_string();
+        let mut b = Batch::default();
+        let built = (|| {
+            self.put_inode(&mut b, ino, true)?;
+            if new.kind == Kind::File {
+                b.put(&coll_name, path.clone(), Vec::new());
+            }
+            self.persist_dir_chain(&mut b, parent)?;
+            self.put_inode(&mut b, parent, false)
+        })();
+        let res = built.and_then(|_| {
+            b.commit(&self.db)
+                .map_err(|err| engine_err(&coll_name, &path, &err))
+        });
+        if let Err(err) = res {
+            unlink_child(self, parent, name);
+            self.nodes.remove(&ino);
+            if let Some(p) = self.nodes.get_mut(&parent) {
+                (p.mtime, p.ctime) = old_parent_times;
+            }
+            return Err(err);
+        }
+        self.mark_chain_persisted(parent);
+        let n = self.node_mut(ino)?;
+        n.persisted = true;
+        n.has_doc = new.kind == Kind::File;
+        Ok(ino)
+    }
+
+    /// Removes entry `name` of `parent` (unlink or rmdir, also the target of a
+    /// rename), adding the engine changes to `b`. Memory is updated at once.
+    fn remove_entry(
+        &mut self,
+        parent: u64,
+        name: &OsStr,
+        want_dir: Option<bool>,
+        b: &mut Batch,
+    ) -> Result<u64, Errno> {
+        let ino = *self
+            .dir(parent)?
+            .children
+            .get(name)
+            .ok_or(e(libc::ENOENT))?;
+        let n = self.node(ino)?;
+        match (want_dir, n.is_dir()) {
+            (Some(true), false) => return Err(e(libc::ENOTDIR)),
+            (Some(false), true) => return Err(e(libc::EISDIR)),
+            _ => {}
+        }
+        if n.is_dir() && !n.children.is_empty() {
+            return Err(e(libc::ENOTEMPTY));
+        }
+        let last_link = n.links.len() == 1;
+        if n.kind == Kind::File && last_link && n.open > 0 && n.storage == Storage::Inline {
+            // Unlinked while open: the content must outlive its path.
+            self.make_chunked(ino)?;
+            self.flush_node(ino)?;
+        }
+        let n = self.node(ino)?;
+        let coll = self.coll_name(n.coll)?.to_string();
+        let path = self.child_path(parent, name)?;
+        let kind = n.kind;
+        b.delete(&coll, layout::name_key(&path));
+        if kind == Kind::File {
+            b.delete(&coll, path.clone());
+        }
+        unlink_child(self, parent, name);
+        let now = SystemTime::now();
+        self.touch_dir(parent, now);
+        self.persist_dir_chain(b, parent)?;
+        self.put_inode(b, parent, false)?;
+        let n = self.node_mut(ino)?;
+        n.ctime = now;
+        let (nlink, open) = (n.nlink, n.open);
+        if nlink == 0 && open == 0 {
+            self.purge_inode(ino, b)?;
+            let n = self.node_mut(ino)?;
+            n.dirty.clear();
+            n.dirty_bytes = 0;
+            n.meta_dirty = false;
+            self.dirty_nodes.remove(&ino);
+        } else {
+            self.put_inode(b, ino, false)?;
+        }
+        Ok(ino)
+    }
+
+    pub fn unlink(&mut self, parent: u64, name: &OsStr, dir: bool) -> Result<(), Errno> {
+        let mut b = Batch::default();
+        let coll = self.coll_name(self.node(parent)?.coll)?.to_string();
+        let ino = self.remove_entry(parent, name, Some(dir), &mut b)?;
+        b.commit(&self.db)
+            .map_err(|err| engine_err(&coll, name.as_bytes(), &err))?;
+        self.mark_chain_persisted(parent);
+        self.maybe_forget(ino);
+        Ok(())
+    }
+
+    /// Adds a hard link `newparent/newname` to `ino`.
+    pub fn link(&mut self, ino: u64, newparent: u64, newname: &OsStr) -> Result<(), Errno> {
+        Self::check_name(newname)?;
+        let n = self.node(ino)?;
+        if n.is_dir() {
+            return Err(e(libc::EPERM));
+        }
+        let p = self.dir(newparent)?;
+        if p.coll != n.coll || newparent == ROOT_INO {
+            return Err(e(libc::EXDEV));
+        }
+        if p.children.contains_key(newname) {
+            return Err(e(libc::EEXIST));
+        }
+        if n.nlink == 0 {
+            return Err(e(libc::ENOENT));
+        }
+        if n.nlink >= 65000 {
+            return Err(e(libc::EMLINK));
+        }
+        let kind = n.kind;
+        if kind == Kind::File {
+            self.make_chunked(ino)?;
+        }
+        self.flush_node(ino)?;
+        let path = self.child_path(newparent, newname)?;
+        let n = self.node(ino)?;
+        let coll = self.coll_name(n.coll)?.to_string();
+        let mut b = Batch::default();
+        b.put(&coll, layout::name_key(&path), n.fid.to_be_bytes().to_vec());
+        if kind == Kind::File {
+            let m = Manifest {
+                fid: n.fid,
+                chunk_size: n.chunk_size as u32,
+            };
+            b.put(&coll, path.clone(), m.encode());
+        }
+        link_child(self, newparent, newname.to_os_string(), ino);
+        let now = SystemTime::now();
+        self.node_mut(ino)?.ctime = now;
+        self.touch_dir(newparent, now);
+        self.put_inode(&mut b, ino, false)?;
+        self.persist_dir_chain(&mut b, newparent)?;
+        self.put_inode(&mut b, newparent, false)?;
+        if let Err(err) = b.commit(&self.db) {
+            unlink_child(self, newparent, newname);
+            return Err(engine_err(&coll, &path, &err));
+        }
+        self.mark_chain_persisted(newparent);
+        Ok(())
+    }
+
+    /// Renames an entry inside one collection (atomic: one engine batch).
+    pub fn rename(
+        &mut self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        noreplace: bool,
+    ) -> Result<(), Errno> {
+        Self::check_name(newname)?;
+        let src = *self
+            .dir(parent)?
+            .children
+            .get(name)
+            .ok_or(e(libc::ENOENT))?;
+        let np = self.dir(newparent)?;
+        let sn = self.node(src)?;
+        if np.coll != sn.coll || newparent == ROOT_INO {
+            return Err(e(libc::EXDEV));
+        }
+        let coll_id = sn.coll;
+        let src_dir = sn.is_dir();
+        let target = np.children.get(newname).copied();
+        if src_dir {
+            // The new parent must not be inside the moved directory.
+            let mut cur = newparent;
+            for _ in 0..4096 {
+                if cur == src {
+                    return Err(e(libc::EINVAL));
+                }
+                let Some((p, _)) = self.node(cur)?.links.iter().next() else {
+                    break;
+                };
+                cur = *p;
+            }
+        }
+        if let Some(dst) = target {
+            if dst == src {
+                return Ok(());
+            }
+            if noreplace {
+                return Err(e(libc::EEXIST));
+            }
+            let d = self.node(dst)?;
+            match (src_dir, d.is_dir()) {
+                (true, false) => return Err(e(libc::ENOTDIR)),
+                (false, true) => return Err(e(libc::EISDIR)),
+                (true, true) if !d.children.is_empty() => return Err(e(libc::ENOTEMPTY)),
+                _ => {}
+            }
+        }
+        // Documents move with their current content.
+        self.flush_all()?;
+        let coll = self.coll_name(coll_id)?.to_string();
+        let old_base = self.child_path(parent, name)?;
+        let new_base = self.child_path(newparent, newname)?;
+        let mut b = Batch::default();
+        if target.is_some() {
+            self.remove_entry(newparent, newname, None, &mut b)?;
+        }
+        // Every inode under the moved entry, with its old path.
+        let mut moved: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut stack = vec![(src, old_base.clone())];
+        while let Some((ino, path)) = stack.pop() {
+            let n = self.node(ino)?;
+            for (cname, &c) in &n.children {
+                let mut cp = path.clone();
+                cp.push(b'/');
+                cp.extend_from_slice(cname.as_bytes());
+                stack.push((c, cp));
+            }
+            moved.push((ino, path));
+        }
+        let handle = self
+            .db
+            .collection(&coll)
+            .map_err(|err| engine_err(&coll, &old_base, &err))?;
+        for (ino, old) in &moved {
+            let mut new = new_base.clone();
+            new.extend_from_slice(&old[old_base.len()..]);
+            if new.len() + 2 > basalt_engine::MAX_KEY_LEN {
+                return Err(e(libc::ENAMETOOLONG));
+            }
+            let n = self.node(*ino)?;
+            b.delete(&coll, layout::name_key(old));
+            b.put(&coll, layout::name_key(&new), n.fid.to_be_bytes().to_vec());
+            if n.kind == Kind::File {
+                let doc = match n.storage {
+                    Storage::Chunked => Manifest {
+                        fid: n.fid,
+                        chunk_size: n.chunk_size as u32,
+                    }
+                    .encode(),
+                    Storage::Inline if n.has_doc => handle
+                        .get(old)
+                        .map_err(|err| engine_err(&coll, old, &err))?
+                        .unwrap_or_default(),
+                    Storage::Inline => Vec::new(),
+                };
+                b.delete(&coll, old.clone());
+                b.put(&coll, new, doc);
+            }
+        }
+        unlink_child(self, parent, name);
+        link_child(self, newparent, newname.to_os_string(), src);
+        let now = SystemTime::now();
+        self.node_mut(src)?.ctime = now;
+        self.touch_dir(parent, now);
+        self.touch_dir(newparent, now);
+        for (ino, _) in &moved {
+            self.put_inode(&mut b, *ino, false)?;
+        }
+        self.persist_dir_chain(&mut b, parent)?;
+        self.persist_dir_chain(&mut b, newparent)?;
+        self.put_inode(&mut b, parent, false)?;
+        self.put_inode(&mut b, newparent, false)?;
+        if let Err(err) = b.commit(&self.db) {
+            // Undo the in-memory move; the engine has not changed.
+            unlink_child(self, newparent, newname);
+            link_child(self, parent, name.to_os_string(), src);
+            return Err(engine_err(&coll, &old_base, &err));
+        }
+        for (ino, _) in &moved {
+            if let Some(n) = self.nodes.get_mut(ino) {
+                n.persisted = true;
+                if n.kind == Kind::File && n.storage == Storage::Inline {
+                    n.has_doc = true;
+                }
+            }
+        }
+        self.mark_chain_persisted(parent);
+        self.mark_chain_persisted(newparent);
+        Ok(())
+    }
+
+    /// Writes `data` at `offset` into the file's dirty chunks.
+    pub fn write(&mut self, ino: u64, offset: u64, data: &[u8]) -> Result<(), Errno> {
+        let n = self.node(ino)?;
+        if n.kind != Kind::File {
+            return Err(e(libc::EINVAL));
+        }
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&x| x <= MAX_FILE_SIZE)
+            .ok_or(e(libc::EFBIG))?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        if n.storage == Storage::Inline && end > n.chunk_size {
+            self.make_chunked(ino)?;
+        }
+        let n = self.node(ino)?;
+        let cs = match n.storage {
+            Storage::Inline => u64::MAX,
+            Storage::Chunked => n.chunk_size,
+        };
+        let size = n.size;
+        let mut pos = offset;
+        while pos < end {
+            let (idx, start, chunk_end) = if cs == u64::MAX {
+                (0, 0, u64::MAX)
+            } else {
+                (pos / cs, (pos / cs) * cs, (pos / cs) * cs + cs)
+            };
+            let wend = end.min(chunk_end);
+            let off = (pos - start) as usize;
+            let src = &data[(pos - offset) as usize..(wend - offset) as usize];
+            let have = self.node(ino)?.dirty.contains_key(&idx);
+            if !have {
+                let covers = off == 0 && (wend >= chunk_end || wend >= size);
+                let base = if covers {
+                    Vec::new()
+                } else {
+                    self.load_chunk(ino, idx)?
+                };
+                let n = self.node_mut(ino)?;
+                n.dirty_bytes += base.len();
+                n.dirty.insert(idx, Chunk { data: base });
+            }
+            let n = self.node_mut(ino)?;
+            let c = n.dirty.get_mut(&idx).ok_or(e(libc::EIO))?;
+            let before = c.data.len();
+            if c.data.len() < off + src.len() {
+                c.data.resize(off + src.len(), 0);
+            }
+            c.data[off..off + src.len()].copy_from_slice(src);
+            n.dirty_bytes += c.data.len() - before;
+            pos = wend;
+        }
+        let now = SystemTime::now();
+        let n = self.node_mut(ino)?;
+        n.size = n.size.max(end);
+        n.mtime = now;
+        n.ctime = now;
+        n.meta_dirty = true;
+        let flush_now = n.dirty_bytes >= crate::state::FILE_DIRTY_LIMIT;
+        self.mark_dirty(ino);
+        if flush_now {
+            self.flush_node(ino)?;
+        }
+        Ok(())
+    }
+
+    /// Sets a file's size (truncate/ftruncate/extend).
+    pub fn truncate(&mut self, ino: u64, new: u64) -> Result<(), Errno> {
+        if new > MAX_FILE_SIZE {
+            return Err(e(libc::EFBIG));
+        }
+        let n = self.node(ino)?;
+        match n.kind {
+            Kind::File => {}
+            Kind::Dir => return Err(e(libc::EISDIR)),
+            _ => return Err(e(libc::EINVAL)),
+        }
+        if n.storage == Storage::Inline && new > n.chunk_size {
+            self.make_chunked(ino)?;
+        }
+        let n = self.node(ino)?;
+        let (cs, old, storage) = (n.chunk_size, n.size, n.storage);
+        let back_to_inline =
+            storage == Storage::Chunked && new <= cs && n.links.len() == 1 && n.nlink == 1;
+        if storage == Storage::Inline || back_to_inline {
+            let mut data = if new > 0 {
+                self.load_chunk(ino, 0)?
+            } else {
+                Vec::new()
+            };
+            data.truncate(new as usize);
+            let n = self.node_mut(ino)?;
+            if back_to_inline {
+                n.storage = Storage::Inline;
+                n.delete_chunks_from = Some(0);
+                n.dirty.clear();
+            }
+            n.docs_dirty = true;
+            n.dirty_bytes = data.len();
+            n.dirty.insert(0, Chunk { data });
+        } else if new < old {
+            let from = new.div_ceil(cs);
+            let partial = (!new.is_multiple_of(cs)).then_some(new / cs);
+            let tail = match partial {
+                Some(idx) => Some((idx, self.load_chunk(ino, idx)?)),
+                None => None,
+            };
+            let n = self.node_mut(ino)?;
+            n.dirty.retain(|&idx, _| idx * cs < new);
+            if let Some((idx, mut data)) = tail {
+                data.truncate((new - idx * cs) as usize);
+                n.dirty.insert(idx, Chunk { data });
+            }
+            n.dirty_bytes = n.dirty.values().map(|c| c.data.len()).sum();
+            n.delete_chunks_from = Some(n.delete_chunks_from.map_or(from, |f| f.min(from)));
+        }
+        let now = SystemTime::now();
+        let n = self.node_mut(ino)?;
+        n.size = new;
+        n.mtime = now;
+        n.ctime = now;
+        n.meta_dirty = true;
+        self.mark_dirty(ino);
+        Ok(())
+    }
+
+    /// Plans a read: bytes already in memory, or engine keys to fetch outside the lock.
+    pub fn plan_read(&mut self, ino: u64, offset: u64, len: u32) -> Result<ReadPlan, Errno> {
+        let n = self.node(ino)?;
+        if n.kind != Kind::File {
+            return Err(e(libc::EISDIR));
+        }
+        let size = n.size;
+        let coll = self.coll_name(n.coll)?.to_string();
+        let end = offset.saturating_add(len as u64).min(size);
+        let mut parts = Vec::new();
+        if offset < end {
+            let cs = match n.storage {
+                Storage::Inline => u64::MAX,
+                Storage::Chunked => n.chunk_size,
+            };
+            let mut pos = offset;
+            while pos < end {
+                let (idx, start) = if cs == u64::MAX {
+                    (0, 0)
+                } else {
+                    (pos / cs, (pos / cs) * cs)
+                };
+                let cend = if cs == u64::MAX {
+                    end
+                } else {
+                    (start + cs).min(end)
+                };
+                let (a, z) = ((pos - start) as usize, (cend - start) as usize);
+                let n = self.node(ino)?;
+                let src = match n.dirty.get(&idx) {
+                    Some(c) => ReadSource::Bytes(slice_padded(&c.data, a, z)),
+                    None => match self.chunk_location(ino, idx)? {
+                        Some(key) => ReadSource::Key { key, a, z },
+                        None => ReadSource::Bytes(vec![0; z - a]),
+                    },
+                };
+                parts.push(src);
+                pos = cend;
+            }
+        }
+        // relatime: update atime when older than mtime/ctime or a day old.
+        let now = SystemTime::now();
+        let n = self.node_mut(ino)?;
+        if n.atime <= n.mtime
+            || n.atime <= n.ctime
+            || now.duration_since(n.atime).unwrap_or_default() > Duration::from_secs(86400)
+        {
+            n.atime = now;
+            n.meta_dirty = true;
+            self.mark_dirty(ino);
+        }
+        Ok(ReadPlan { coll, parts })
+    }
+
+    /// Preallocates (mode 0: extends the size; KEEP_SIZE: nothing to reserve) or
+    /// punches a hole (PUNCH_HOLE|KEEP_SIZE: zeros the range).
+    pub fn fallocate(&mut self, ino: u64, offset: u64, len: u64, mode: i32) -> Result<(), Errno> {
+        let end = offset
+            .checked_add(len)
+            .filter(|&x| x <= MAX_FILE_SIZE)
+            .ok_or(e(libc::EFBIG))?;
+        let size = self.node(ino)?.size;
+        const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
+        const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE;
+        if mode == 0 {
+            if end > size {
+                self.truncate(ino, end)?;
+            }
+            Ok(())
+        } else if mode == KEEP {
+            Ok(())
+        } else if mode == PUNCH | KEEP {
+            let zend = end.min(size);
+            let mut pos = offset;
+            while pos < zend {
+                let n = (zend - pos).min(1 << 20);
+                self.write(ino, pos, &vec![0u8; n as usize])?;
+                pos += n;
+            }
+            Ok(())
+        } else {
+            Err(e(libc::EOPNOTSUPP))
+        }
+    }
+}
+
+fn slice_padded(d: &[u8], a: usize, z: usize) -> Vec<u8> {
+    let mut out = vec![0u8; z - a];
+    if a < d.len() {
+        let m = d.len().min(z);
+        out[..m - a].copy_from_slice(&d[a..m]);
+    }
+    out
+}
+
+/// Where each piece of a read comes from.
+pub enum ReadSource {
+    Bytes(Vec<u8>),
+    Key { key: Vec<u8>, a: usize, z: usize },
+}
+
+/// A read planned under the lock and completed outside it.
+pub struct ReadPlan {
+    pub coll: String,
+    pub parts: Vec<ReadSource>,
+}
+
+impl ReadPlan {
+    /// Fetches the engine pieces and assembles the bytes.
+    pub fn execute(self, db: &basalt_engine::Db) -> Result<Vec<u8>, Errno> {
+        let mut out = Vec::new();
+        let handle = if self
+            .parts
+            .iter()
+            .any(|p| matches!(p, ReadSource::Key { .. }))
+        {
+            Some(
+                db.collection(&self.coll)
+                    .map_err(|err| engine_err(&self.coll, b"", &err))?,
+            )
+        } else {
+            None
+        };
+        for p in self.parts {
+            match p {
+                ReadSource::Bytes(b) => out.extend_from_slice(&b),
+                ReadSource::Key { key, a, z } => {
+                    let h = handle.as_ref().ok_or(e(libc::EIO))?;
+                    let d = h
+                        .get(&key)
+                        .map_err(|err| engine_err(&self.coll, &key, &err))?
+                        .unwrap_or_default();
+                    out.extend_from_slice(&slice_padded(&d, a, z));
+                }
+            }
+        }
+        Ok(out)
+    }
+}

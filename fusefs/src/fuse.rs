@@ -1,0 +1,1250 @@
+//! The `fuser::Filesystem` adapter: decodes requests, takes the state lock, replies.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    AccessFlags, Errno as FErrno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+
+use crate::fs::{Caller, NewNode};
+use crate::layout::Kind;
+use crate::state::{Errno, Node, State, ROOT_INO};
+use crate::views::{self, Virtual};
+
+/// Health summary provider for `/.basalt/health.json`.
+pub type HealthFn = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
+
+/// Tunables chosen at mount time.
+#[derive(Clone, Debug)]
+pub struct FsOptions {
+    pub attr_ttl: Duration,
+    pub entry_ttl: Duration,
+    pub writeback_cache: bool,
+    pub readdirplus: bool,
+    pub max_write: u32,
+    pub flush_interval: Duration,
+}
+
+/// An open file or directory.
+enum Handle {
+    File {
+        ino: u64,
+    },
+    Dir {
+        entries: Vec<(u64, FileType, OsString)>,
+    },
+    Virtual {
+        data: Vec<u8>,
+    },
+}
+
+/// State shared by the FUSE workers, the flusher thread and the mount handle.
+pub struct Shared {
+    pub state: Mutex<State>,
+    pub opts: FsOptions,
+    handles: Mutex<HashMap<u64, Handle>>,
+    next_fh: AtomicU64,
+    virt: Mutex<HashMap<u64, Virtual>>,
+    next_virt: AtomicU64,
+    pub health: Option<HealthFn>,
+    /// Set once the session ended (unmounted from inside or outside).
+    pub done: Mutex<bool>,
+    pub done_cv: Condvar,
+}
+
+impl Shared {
+    pub fn new(state: State, opts: FsOptions, health: Option<HealthFn>) -> Shared {
+        let mut virt = HashMap::new();
+        virt.insert(views::DIR_INO, Virtual::Dir);
+        virt.insert(views::STATS_INO, Virtual::Stats);
+        virt.insert(views::HEALTH_INO, Virtual::Health);
+        virt.insert(views::CHANGES_INO, Virtual::ChangesDir);
+        Shared {
+            state: Mutex::new(state),
+            opts,
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            virt: Mutex::new(virt),
+            next_virt: AtomicU64::new(views::CHANGE_FILE_BASE),
+            health,
+            done: Mutex::new(false),
+            done_cv: Condvar::new(),
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn handles(&self) -> MutexGuard<'_, HashMap<u64, Handle>> {
+        self.handles.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn add_handle(&self, h: Handle) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles().insert(fh, h);
+        fh
+    }
+
+    fn virt(&self, ino: u64) -> Option<Virtual> {
+        self.virt
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&ino)
+            .cloned()
+    }
+
+    fn virt_ino(&self, v: Virtual) -> u64 {
+        let mut m = self.virt.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((&ino, _)) = m.iter().find(|(_, x)| **x == v) {
+            return ino;
+        }
+        let ino = self.next_virt.fetch_add(1, Ordering::Relaxed);
+        m.insert(ino, v);
+        ino
+    }
+
+    /// Flushes all dirty data and makes the engine durable.
+    pub fn flush_and_sync(&self) -> Result<(), Errno> {
+        let db = {
+            let mut st = self.lock();
+            st.flush_all()?;
+            st.db.clone()
+        };
+        db.flush()
+            .map_err(|e| crate::state::engine_err("*", b"(flush)", &e))
+    }
+
+    pub fn mark_done(&self) {
+        *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.done_cv.notify_all();
+    }
+}
+
+/// The filesystem handed to `fuser`.
+pub struct BasaltFs {
+    pub shared: Arc<Shared>,
+}
+
+fn ferr(e: Errno) -> FErrno {
+    FErrno::from_i32(e.0)
+}
+
+fn file_type(k: Kind) -> FileType {
+    match k {
+        Kind::File => FileType::RegularFile,
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::CharDev => FileType::CharDevice,
+        Kind::BlockDev => FileType::BlockDevice,
+        Kind::Socket => FileType::Socket,
+    }
+}
+
+fn attr_of(n: &Node) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(n.ino),
+        size: n.size,
+        blocks: n.size.div_ceil(512),
+        atime: n.atime,
+        mtime: n.mtime,
+        ctime: n.ctime,
+        crtime: n.crtime,
+        kind: file_type(n.kind),
+        perm: n.perm,
+        nlink: n.nlink,
+        uid: n.uid,
+        gid: n.gid,
+        rdev: n.rdev,
+        blksize: 128 << 10,
+        flags: 0,
+    }
+}
+
+fn virt_attr(ino: u64, v: &Virtual) -> FileAttr {
+    let t = SystemTime::now();
+    FileAttr {
+        ino: INodeNo(ino),
+        size: 0,
+        blocks: 0,
+        atime: t,
+        mtime: t,
+        ctime: t,
+        crtime: t,
+        kind: if v.is_dir() {
+            FileType::Directory
+        } else {
+            FileType::RegularFile
+        },
+        perm: if v.is_dir() { 0o555 } else { 0o444 },
+        nlink: if v.is_dir() { 2 } else { 1 },
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+fn to_time(t: TimeOrNow) -> SystemTime {
+    match t {
+        TimeOrNow::SpecificTime(t) => t,
+        TimeOrNow::Now => SystemTime::now(),
+    }
+}
+
+impl BasaltFs {
+    fn caller(req: &Request) -> Caller {
+        Caller {
+            uid: req.uid(),
+            gid: req.gid(),
+        }
+    }
+
+    /// Attributes of a real or virtual inode.
+    fn attr(&self, ino: u64) -> Result<FileAttr, Errno> {
+        if let Some(v) = self.shared.virt(ino) {
+            return Ok(virt_attr(ino, &v));
+        }
+        let st = self.shared.lock();
+        Ok(attr_of(st.node(ino)?))
+    }
+
+    /// Loads collections created through the engine API since the mount.
+    fn refresh_collections(&self, st: &mut State) {
+        for name in st.db.list_collections() {
+            if name == views::DIR_NAME || st.coll_by_name.contains_key(&name) {
+                continue;
+            }
+            match crate::load::load_collection(st, &name) {
+                Ok(root) => {
+                    crate::load::link_child(st, ROOT_INO, OsString::from(&name), root);
+                }
+                Err(e) => eprintln!("basalt-fusefs: cannot load collection {name}: {e}"),
+            }
+        }
+    }
+
+    fn lookup_inner(&self, parent: u64, name: &OsStr) -> Result<FileAttr, Errno> {
+        if let Some(v) = self.shared.virt(parent) {
+            let child = match (v, name.to_str()) {
+                (Virtual::Dir, Some("stats.json")) => views::STATS_INO,
+                (Virtual::Dir, Some("health.json")) => views::HEALTH_INO,
+                (Virtual::Dir, Some("changes")) => views::CHANGES_INO,
+                (Virtual::ChangesDir, Some(n)) => {
+                    let (collection, since) = views::parse_feed_name(n);
+                    if !self.shared.lock().coll_by_name.contains_key(&collection) {
+                        return Err(Errno(libc::ENOENT));
+                    }
+                    self.shared.virt_ino(Virtual::Changes { collection, since })
+                }
+                _ => return Err(Errno(libc::ENOENT)),
+            };
+            return self.attr(child);
+        }
+        if parent == ROOT_INO && name == views::DIR_NAME {
+            return self.attr(views::DIR_INO);
+        }
+        let mut st = self.shared.lock();
+        let ino = match st.node(parent)?.children.get(name) {
+            Some(&i) => i,
+            None if parent == ROOT_INO => {
+                self.refresh_collections(&mut st);
+                *st.node(parent)?
+                    .children
+                    .get(name)
+                    .ok_or(Errno(libc::ENOENT))?
+            }
+            None => {
+                if !st.node(parent)?.is_dir() {
+                    return Err(Errno(libc::ENOTDIR));
+                }
+                return Err(Errno(libc::ENOENT));
+            }
+        };
+        let n = st.node_mut(ino)?;
+        n.lookups += 1;
+        Ok(attr_of(n))
+    }
+
+    fn entry(&self, reply: ReplyEntry, r: Result<FileAttr, Errno>) {
+        match r {
+            Ok(a) => reply.entry(&self.shared.opts.entry_ttl, &a, Generation(0)),
+            Err(e) => reply.error(ferr(e)),
+        }
+    }
+
+    /// Creates something and returns its attributes with one lookup counted.
+    fn make(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &OsStr,
+        new: NewNode<'_>,
+    ) -> Result<FileAttr, Errno> {
+        if self.shared.virt(parent).is_some() {
+            return Err(Errno(libc::EROFS));
+        }
+        let mut st = self.shared.lock();
+        if parent == ROOT_INO {
+            return if new.kind == Kind::Dir {
+                self.make_collection(&mut st, req, name, new.mode & !new.umask)
+            } else {
+                Err(Errno(libc::EPERM))
+            };
+        }
+        let ino = st.create(Self::caller(req), parent, name, new)?;
+        let n = st.node_mut(ino)?;
+        n.lookups += 1;
+        Ok(attr_of(n))
+    }
+
+    fn make_collection(
+        &self,
+        st: &mut State,
+        req: &Request,
+        name: &OsStr,
+        mode: u32,
+    ) -> Result<FileAttr, Errno> {
+        let s = name.to_str().ok_or(Errno(libc::EINVAL))?;
+        if s.len() > 255 {
+            return Err(Errno(libc::ENAMETOOLONG));
+        }
+        if s == views::DIR_NAME || st.node(ROOT_INO)?.children.contains_key(name) {
+            return Err(Errno(libc::EEXIST));
+        }
+        st.db
+            .create_collection(s)
+            .map_err(|e| crate::state::engine_err(s, b"", &e))?;
+        let root = crate::load::load_collection(st, s)
+            .map_err(|e| crate::state::engine_err(s, b"", &e))?;
+        crate::load::link_child(st, ROOT_INO, name.to_os_string(), root);
+        let n = st.node_mut(root)?;
+        n.perm = (mode & 0o7777) as u16;
+        n.uid = req.uid();
+        n.gid = req.gid();
+        n.meta_dirty = true;
+        let mut b = crate::state::Batch::default();
+        st.put_inode(&mut b, root, true)?;
+        b.commit(&st.db)
+            .map_err(|e| crate::state::engine_err(s, b"", &e))?;
+        let now = SystemTime::now();
+        let r = st.node_mut(ROOT_INO)?;
+        r.mtime = now;
+        r.ctime = now;
+        let n = st.node_mut(root)?;
+        n.persisted = true;
+        n.meta_dirty = false;
+        n.lookups += 1;
+        Ok(attr_of(n))
+    }
+
+    fn remove(&self, parent: u64, name: &OsStr, dir: bool) -> Result<(), Errno> {
+        if self.shared.virt(parent).is_some() || (parent == ROOT_INO && name == views::DIR_NAME) {
+            return Err(Errno(libc::EROFS));
+        }
+        let mut st = self.shared.lock();
+        if parent == ROOT_INO {
+            let ino = *st
+                .node(ROOT_INO)?
+                .children
+                .get(name)
+                .ok_or(Errno(libc::ENOENT))?;
+            if !dir {
+                return Err(Errno(libc::EISDIR));
+            }
+            if !st.node(ino)?.children.is_empty() {
+                return Err(Errno(libc::ENOTEMPTY));
+            }
+            let cname = name.to_str().ok_or(Errno(libc::EINVAL))?.to_string();
+            st.db
+                .drop_collection(&cname)
+                .map_err(|e| crate::state::engine_err(&cname, b"", &e))?;
+            crate::load::unlink_child(&mut st, ROOT_INO, name);
+            if let Some(id) = st.coll_by_name.remove(&cname) {
+                st.colls.remove(&id);
+            }
+            st.maybe_forget(ino);
+            return Ok(());
+        }
+        st.unlink(parent, name, dir)
+    }
+
+    fn rename_collection(&self, from: &OsStr, to: &OsStr, noreplace: bool) -> Result<(), Errno> {
+        let mut st = self.shared.lock();
+        let (f, t) = match (from.to_str(), to.to_str()) {
+            (Some(f), Some(t)) => (f.to_string(), t.to_string()),
+            _ => return Err(Errno(libc::EINVAL)),
+        };
+        if t == views::DIR_NAME || f == views::DIR_NAME {
+            return Err(Errno(libc::EPERM));
+        }
+        let src = *st
+            .node(ROOT_INO)?
+            .children
+            .get(from)
+            .ok_or(Errno(libc::ENOENT))?;
+        if f == t {
+            return Ok(());
+        }
+        if let Some(&dst) = st.node(ROOT_INO)?.children.get(to) {
+            if noreplace {
+                return Err(Errno(libc::EEXIST));
+            }
+            if !st.node(dst)?.children.is_empty() {
+                return Err(Errno(libc::ENOTEMPTY));
+            }
+            st.db
+                .drop_collection(&t)
+                .map_err(|e| crate::state::engine_err(&t, b"", &e))?;
+            crate::load::unlink_child(&mut st, ROOT_INO, to);
+            if let Some(id) = st.coll_by_name.remove(&t) {
+                st.colls.remove(&id);
+            }
+            st.maybe_forget(dst);
+        }
+        st.flush_all()?;
+        st.db
+            .rename_collection(&f, &t)
+            .map_err(|e| crate::state::engine_err(&f, b"", &e))?;
+        if let Some(id) = st.coll_by_name.remove(&f) {
+            if let Some(c) = st.colls.get_mut(&id) {
+                c.name = t.clone();
+            }
+            st.coll_by_name.insert(t, id);
+        }
+        crate::load::unlink_child(&mut st, ROOT_INO, from);
+        crate::load::link_child(&mut st, ROOT_INO, to.to_os_string(), src);
+        let now = SystemTime::now();
+        st.node_mut(src)?.ctime = now;
+        Ok(())
+    }
+
+    fn open_virtual(&self, v: &Virtual) -> Result<Vec<u8>, Errno> {
+        let db = self.shared.lock().db.clone();
+        let json = match v {
+            Virtual::Stats => {
+                let engine: serde_json::Value =
+                    serde_json::from_str(&db.stats().to_json()).unwrap_or_default();
+                let st = self.shared.lock();
+                let files = st.nodes.values().filter(|n| n.kind == Kind::File).count();
+                let dirs = st.nodes.values().filter(|n| n.is_dir()).count();
+                let dirty: usize = st.nodes.values().map(|n| n.dirty_bytes).sum();
+                serde_json::json!({
+                    "engine": engine,
+                    "filesystem": {
+                        "inodes": st.nodes.len(),
+                        "files": files,
+                        "directories": dirs,
+                        "collections": st.colls.len(),
+                        "dirty_bytes": dirty,
+                        "dirty_inodes": st.dirty_nodes.len(),
+                        "chunk_size": st.chunk_size,
+                        "writeback_cache": self.shared.opts.writeback_cache,
+                        "readdirplus": self.shared.opts.readdirplus,
+                        "max_write": self.shared.opts.max_write,
+                    }
+                })
+            }
+            Virtual::Health => match &self.shared.health {
+                Some(f) => f(),
+                None => serde_json::json!({
+                    "status": "unknown",
+                    "reason": "no SSD health monitor is attached to this mount",
+                }),
+            },
+            Virtual::Changes { collection, since } => {
+                return views::change_feed(&db, collection, *since)
+                    .map_err(|e| crate::state::engine_err(collection, b"(changes)", &e));
+            }
+            Virtual::Dir | Virtual::ChangesDir => return Err(Errno(libc::EISDIR)),
+        };
+        let mut out = serde_json::to_vec_pretty(&json).unwrap_or_default();
+        out.push(b'\n');
+        Ok(out)
+    }
+
+    fn dir_entries(&self, ino: u64) -> Result<Vec<(u64, FileType, OsString)>, Errno> {
+        let mut out = Vec::new();
+        if let Some(v) = self.shared.virt(ino) {
+            let parent = if v == Virtual::Dir {
+                ROOT_INO
+            } else {
+                views::DIR_INO
+            };
+            out.push((ino, FileType::Directory, OsString::from(".")));
+            out.push((parent, FileType::Directory, OsString::from("..")));
+            match v {
+                Virtual::Dir => {
+                    out.push((views::STATS_INO, FileType::RegularFile, "stats.json".into()));
+                    out.push((
+                        views::HEALTH_INO,
+                        FileType::RegularFile,
+                        "health.json".into(),
+                    ));
+                    out.push((views::CHANGES_INO, FileType::Directory, "changes".into()));
+                }
+                Virtual::ChangesDir => {
+                    let names: Vec<String> =
+                        self.shared.lock().coll_by_name.keys().cloned().collect();
+                    for collection in names {
+                        let i = self.shared.virt_ino(Virtual::Changes {
+                            collection: collection.clone(),
+                            since: 0,
+                        });
+                        out.push((i, FileType::RegularFile, collection.into()));
+                    }
+                }
+                _ => return Err(Errno(libc::ENOTDIR)),
+            }
+            return Ok(out);
+        }
+        let mut st = self.shared.lock();
+        if ino == ROOT_INO {
+            self.refresh_collections(&mut st);
+        }
+        let n = st.node(ino)?;
+        if !n.is_dir() {
+            return Err(Errno(libc::ENOTDIR));
+        }
+        let parent = n.links.iter().next().map(|l| l.0).unwrap_or(ROOT_INO);
+        out.push((ino, FileType::Directory, OsString::from(".")));
+        out.push((parent, FileType::Directory, OsString::from("..")));
+        if ino == ROOT_INO {
+            out.push((views::DIR_INO, FileType::Directory, views::DIR_NAME.into()));
+        }
+        for (name, &c) in &n.children {
+            if let Some(cn) = st.nodes.get(&c) {
+                out.push((c, file_type(cn.kind), name.clone()));
+            }
+        }
+        Ok(out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn setattr_inner(
+        &self,
+        ino: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+    ) -> Result<FileAttr, Errno> {
+        if self.shared.virt(ino).is_some() {
+            return Err(Errno(libc::EROFS));
+        }
+        let mut st = self.shared.lock();
+        if let Some(s) = size {
+            st.truncate(ino, s)?;
+        }
+        let now = SystemTime::now();
+        let n = st.node_mut(ino)?;
+        if let Some(m) = mode {
+            n.perm = (m & 0o7777) as u16;
+        }
+        if let Some(u) = uid {
+            n.uid = u;
+        }
+        if let Some(g) = gid {
+            n.gid = g;
+        }
+        if let Some(a) = atime {
+            n.atime = to_time(a);
+        }
+        if let Some(m) = mtime {
+            n.mtime = to_time(m);
+        }
+        n.ctime = now;
+        n.meta_dirty = true;
+        if ino == ROOT_INO {
+            n.meta_dirty = false;
+            return Ok(attr_of(n));
+        }
+        st.mark_dirty(ino);
+        st.flush_node(ino)?;
+        Ok(attr_of(st.node(ino)?))
+    }
+
+    fn open_file(&self, ino: u64, flags: i32) -> Result<(u64, FopenFlags), Errno> {
+        if let Some(v) = self.shared.virt(ino) {
+            if flags & libc::O_ACCMODE != libc::O_RDONLY {
+                return Err(Errno(libc::EROFS));
+            }
+            let data = if v.is_dir() {
+                Vec::new()
+            } else {
+                self.open_virtual(&v)?
+            };
+            let fh = self.shared.add_handle(Handle::Virtual { data });
+            return Ok((fh, FopenFlags::FOPEN_DIRECT_IO));
+        }
+        {
+            let mut st = self.shared.lock();
+            let n = st.node_mut(ino)?;
+            if n.is_dir() && flags & libc::O_ACCMODE != libc::O_RDONLY {
+                return Err(Errno(libc::EISDIR));
+            }
+            n.open += 1;
+        }
+        let fh = self.shared.add_handle(Handle::File { ino });
+        let fl = if flags & libc::O_DIRECT != 0 {
+            FopenFlags::FOPEN_DIRECT_IO
+        } else {
+            FopenFlags::FOPEN_KEEP_CACHE
+        };
+        Ok((fh, fl))
+    }
+
+    fn release_file(&self, fh: u64) -> Result<(), Errno> {
+        let h = self.shared.handles().remove(&fh);
+        let Some(Handle::File { ino }) = h else {
+            return Ok(());
+        };
+        let mut st = self.shared.lock();
+        let n = st.node_mut(ino)?;
+        n.open = n.open.saturating_sub(1);
+        if n.open == 0 && n.nlink == 0 {
+            // Last close of an unlinked file: its data goes now.
+            let mut b = crate::state::Batch::default();
+            st.purge_inode(ino, &mut b)?;
+            let coll = st.coll_name(st.node(ino)?.coll)?.to_string();
+            b.commit(&st.db)
+                .map_err(|e| crate::state::engine_err(&coll, b"(unlinked file)", &e))?;
+            st.dirty_nodes.remove(&ino);
+            if let Some(n) = st.nodes.get_mut(&ino) {
+                n.dirty.clear();
+                n.meta_dirty = false;
+            }
+            st.maybe_forget(ino);
+            return Ok(());
+        }
+        st.flush_node(ino)
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, r: Result<(), Errno>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(ferr(e)),
+    }
+}
+
+fn xattr_reply(reply: ReplyXattr, size: u32, data: Vec<u8>) {
+    if size == 0 {
+        reply.size(data.len() as u32);
+    } else if (size as usize) < data.len() {
+        reply.error(FErrno::from_i32(libc::ERANGE));
+    } else {
+        reply.data(&data);
+    }
+}
+
+impl Filesystem for BasaltFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let mut want = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_ASYNC_DIO;
+        if self.shared.opts.writeback_cache {
+            want |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        if self.shared.opts.readdirplus {
+            want |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
+        }
+        for f in want.iter() {
+            let _ = config.add_capabilities(f);
+        }
+        let _ = config.set_max_write(self.shared.opts.max_write);
+        let _ = config.set_max_readahead(self.shared.opts.max_write);
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(e) = self.shared.flush_and_sync() {
+            eprintln!("basalt-fusefs: flush at unmount failed: errno {}", e.0);
+        }
+        self.shared.mark_done();
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.entry(reply, self.lookup_inner(parent.0, name));
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        let mut st = self.shared.lock();
+        if let Some(n) = st.nodes.get_mut(&ino.0) {
+            n.lookups = n.lookups.saturating_sub(nlookup);
+        }
+        st.maybe_forget(ino.0);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.attr(ino.0) {
+            Ok(a) => reply.attr(&self.shared.opts.attr_ttl, &a),
+            Err(e) => reply.error(ferr(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        match self.setattr_inner(ino.0, mode, uid, gid, size, atime, mtime) {
+            Ok(a) => reply.attr(&self.shared.opts.attr_ttl, &a),
+            Err(e) => reply.error(ferr(e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let st = self.shared.lock();
+        match st.node(ino.0) {
+            Ok(n) if n.kind == Kind::Symlink => reply.data(&n.symlink),
+            Ok(_) => reply.error(FErrno::from_i32(libc::EINVAL)),
+            Err(e) => reply.error(ferr(e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let kind = match mode & libc::S_IFMT {
+            libc::S_IFREG | 0 => Kind::File,
+            libc::S_IFIFO => Kind::Fifo,
+            libc::S_IFCHR => Kind::CharDev,
+            libc::S_IFBLK => Kind::BlockDev,
+            libc::S_IFSOCK => Kind::Socket,
+            libc::S_IFDIR => Kind::Dir,
+            _ => return reply.error(FErrno::from_i32(libc::EINVAL)),
+        };
+        let new = NewNode {
+            kind,
+            mode,
+            umask,
+            rdev,
+            symlink: b"",
+        };
+        self.entry(reply, self.make(req, parent.0, name, new));
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let new = NewNode {
+            kind: Kind::Dir,
+            mode,
+            umask,
+            rdev: 0,
+            symlink: b"",
+        };
+        self.entry(reply, self.make(req, parent.0, name, new));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.remove(parent.0, name, false));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.remove(parent.0, name, true));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let t = target.as_os_str().as_bytes();
+        if t.len() >= 4096 {
+            return reply.error(FErrno::from_i32(libc::ENAMETOOLONG));
+        }
+        let new = NewNode {
+            kind: Kind::Symlink,
+            mode: 0o777,
+            umask: 0,
+            rdev: 0,
+            symlink: t,
+        };
+        self.entry(reply, self.make(req, parent.0, link_name, new));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+        if flags.intersects(RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT) {
+            return reply.error(FErrno::from_i32(libc::EINVAL));
+        }
+        let (p, np) = (parent.0, newparent.0);
+        if self.shared.virt(p).is_some()
+            || self.shared.virt(np).is_some()
+            || (p == ROOT_INO && name == views::DIR_NAME)
+            || (np == ROOT_INO && newname == views::DIR_NAME)
+        {
+            return reply.error(FErrno::from_i32(libc::EROFS));
+        }
+        let r = if p == ROOT_INO && np == ROOT_INO {
+            self.rename_collection(name, newname, noreplace)
+        } else if p == ROOT_INO || np == ROOT_INO {
+            Err(Errno(libc::EXDEV))
+        } else {
+            self.shared.lock().rename(p, name, np, newname, noreplace)
+        };
+        reply_empty(reply, r);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        if self.shared.virt(ino.0).is_some() || self.shared.virt(newparent.0).is_some() {
+            return reply.error(FErrno::from_i32(libc::EROFS));
+        }
+        let r = (|| {
+            let mut st = self.shared.lock();
+            st.link(ino.0, newparent.0, newname)?;
+            let n = st.node_mut(ino.0)?;
+            n.lookups += 1;
+            Ok(attr_of(n))
+        })();
+        self.entry(reply, r);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.open_file(ino.0, flags.0) {
+            Ok((fh, fl)) => reply.opened(FileHandle(fh), fl),
+            Err(e) => reply.error(ferr(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        if let Some(Handle::Virtual { data }) = self.shared.handles().get(&fh.0) {
+            let a = (offset as usize).min(data.len());
+            let z = a.saturating_add(size as usize).min(data.len());
+            return reply.data(&data[a..z]);
+        }
+        let plan = {
+            let mut st = self.shared.lock();
+            st.plan_read(ino.0, offset, size)
+                .map(|p| (p, st.db.clone()))
+        };
+        match plan.and_then(|(p, db)| p.execute(&db)) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(ferr(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        if self.shared.virt(ino.0).is_some() {
+            return reply.error(FErrno::from_i32(libc::EROFS));
+        }
+        let r = self.shared.lock().write(ino.0, offset, data);
+        match r {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(ferr(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        if self.shared.virt(ino.0).is_some() {
+            return reply.ok();
+        }
+        reply_empty(reply, self.shared.lock().flush_node(ino.0));
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.release_file(fh.0));
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        if self.shared.virt(ino.0).is_some() {
+            return reply.ok();
+        }
+        let r = (|| {
+            let db = {
+                let mut st = self.shared.lock();
+                st.flush_node(ino.0)?;
+                st.db.clone()
+            };
+            db.sync()
+                .map_err(|e| crate::state::engine_err("*", b"(fsync)", &e))
+        })();
+        reply_empty(reply, r);
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.dir_entries(ino.0) {
+            Ok(entries) => {
+                let fh = self.shared.add_handle(Handle::Dir { entries });
+                reply.opened(FileHandle(fh), FopenFlags::empty());
+            }
+            Err(e) => reply.error(ferr(e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let handles = self.shared.handles();
+        let Some(Handle::Dir { entries }) = handles.get(&fh.0) else {
+            return reply.error(FErrno::from_i32(libc::EBADF));
+        };
+        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*ino), (i + 1) as u64, *kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let entries: Vec<(u64, FileType, OsString)> = {
+            let handles = self.shared.handles();
+            let Some(Handle::Dir { entries }) = handles.get(&fh.0) else {
+                return reply.error(FErrno::from_i32(libc::EBADF));
+            };
+            entries.iter().skip(offset as usize).cloned().collect()
+        };
+        let ttl = self.shared.opts.entry_ttl;
+        for (i, (ino, _kind, name)) in entries.iter().enumerate() {
+            let dot = name == "." || name == "..";
+            let attr = if let Some(v) = self.shared.virt(*ino) {
+                virt_attr(*ino, &v)
+            } else {
+                let mut st = self.shared.lock();
+                let Some(n) = st.nodes.get_mut(ino) else {
+                    continue;
+                };
+                let a = attr_of(n);
+                if !dot {
+                    n.lookups += 1;
+                }
+                a
+            };
+            let full = reply.add(
+                INodeNo(*ino),
+                offset + i as u64 + 1,
+                name,
+                &ttl,
+                &attr,
+                Generation(0),
+            );
+            if full {
+                // Not sent: give back the lookup counted above.
+                if !dot && self.shared.virt(*ino).is_none() {
+                    let mut st = self.shared.lock();
+                    if let Some(n) = st.nodes.get_mut(ino) {
+                        n.lookups = n.lookups.saturating_sub(1);
+                    }
+                }
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.shared.handles().remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let db = self.shared.lock().db.clone();
+        reply_empty(
+            reply,
+            db.sync()
+                .map_err(|e| crate::state::engine_err("*", b"(fsyncdir)", &e)),
+        );
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let (path, files) = {
+            let st = self.shared.lock();
+            (st.db.path().to_path_buf(), st.nodes.len() as u64)
+        };
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap_or_default();
+        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `c` is a valid NUL-terminated path and `s` a valid out pointer.
+        let rc = unsafe { libc::statvfs(c.as_ptr(), &mut s) };
+        if rc != 0 {
+            return reply.error(FErrno::from_i32(libc::EIO));
+        }
+        let ffree = (s.f_ffree as u64).max(1 << 20);
+        reply.statfs(
+            s.f_blocks as u64,
+            s.f_bfree as u64,
+            s.f_bavail as u64,
+            files + ffree,
+            ffree,
+            s.f_bsize as u32,
+            255,
+            s.f_frsize as u32,
+        );
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        if self.shared.virt(ino.0).is_some() {
+            return reply.error(FErrno::from_i32(libc::EROFS));
+        }
+        let r = (|| {
+            let k = name.as_bytes();
+            if k.len() > 255 {
+                return Err(Errno(libc::ERANGE));
+            }
+            if value.len() > 65536 {
+                return Err(Errno(libc::E2BIG));
+            }
+            let mut st = self.shared.lock();
+            let n = st.node_mut(ino.0)?;
+            let exists = n.xattrs.contains_key(k);
+            if flags & libc::XATTR_CREATE != 0 && exists {
+                return Err(Errno(libc::EEXIST));
+            }
+            if flags & libc::XATTR_REPLACE != 0 && !exists {
+                return Err(Errno(libc::ENODATA));
+            }
+            n.xattrs.insert(k.to_vec(), value.to_vec());
+            n.ctime = SystemTime::now();
+            n.meta_dirty = true;
+            st.mark_dirty(ino.0);
+            st.flush_node(ino.0)
+        })();
+        reply_empty(reply, r);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if self.shared.virt(ino.0).is_some() {
+            return reply.error(FErrno::from_i32(libc::ENODATA));
+        }
+        let st = self.shared.lock();
+        match st.node(ino.0) {
+            Ok(n) => match n.xattrs.get(name.as_bytes()) {
+                Some(v) => xattr_reply(reply, size, v.clone()),
+                None => reply.error(FErrno::from_i32(libc::ENODATA)),
+            },
+            Err(e) => reply.error(ferr(e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if self.shared.virt(ino.0).is_some() {
+            return xattr_reply(reply, size, Vec::new());
+        }
+        let st = self.shared.lock();
+        match st.node(ino.0) {
+            Ok(n) => {
+                let mut out = Vec::new();
+                for k in n.xattrs.keys() {
+                    out.extend_from_slice(k);
+                    out.push(0);
+                }
+                xattr_reply(reply, size, out)
+            }
+            Err(e) => reply.error(ferr(e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if self.shared.virt(ino.0).is_some() {
+            return reply.error(FErrno::from_i32(libc::EROFS));
+        }
+        let r = (|| {
+            let mut st = self.shared.lock();
+            let n = st.node_mut(ino.0)?;
+            if n.xattrs.remove(name.as_bytes()).is_none() {
+                return Err(Errno(libc::ENODATA));
+            }
+            n.ctime = SystemTime::now();
+            n.meta_dirty = true;
+            st.mark_dirty(ino.0);
+            st.flush_node(ino.0)
+        })();
+        reply_empty(reply, r);
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Permission checks are the kernel's (default_permissions).
+        reply_empty(reply, self.attr(ino.0).map(|_| ()));
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let new = NewNode {
+            kind: Kind::File,
+            mode,
+            umask,
+            rdev: 0,
+            symlink: b"",
+        };
+        let r = self.make(req, parent.0, name, new).and_then(|a| {
+            let (fh, fl) = self.open_file(a.ino.0, flags)?;
+            Ok((a, fh, fl))
+        });
+        match r {
+            Ok((a, fh, fl)) => reply.created(
+                &self.shared.opts.entry_ttl,
+                &a,
+                Generation(0),
+                FileHandle(fh),
+                fl,
+            ),
+            Err(e) => reply.error(ferr(e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        if self.shared.virt(ino.0).is_some() {
+            return reply.error(FErrno::from_i32(libc::EROFS));
+        }
+        reply_empty(
+            reply,
+            self.shared.lock().fallocate(ino.0, offset, length, mode),
+        );
+    }
+}

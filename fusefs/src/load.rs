@@ -1,0 +1,324 @@
+//! Builds the in-memory tree of a collection from its engine records at mount time.
+//!
+//! Sources, in order of authority: user documents (a document is a file whatever the
+//! metadata says), name records, inode records. Documents written through the engine
+//! API without metadata get default attributes; metadata whose document was deleted
+//! through the engine API is dropped; inodes left with no name (unlinked while open
+//! when the daemon died) are purged.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::time::SystemTime;
+
+use basalt_engine::Direction;
+
+use crate::layout::{self, InodeRecord, Kind, Manifest, Storage};
+use crate::state::{Batch, Coll, Node, State};
+
+/// Loads collection `name` into the state; returns its root directory inode.
+pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine::Error> {
+    let c = st.db.collection(name)?;
+    let now = SystemTime::now();
+    let mut recs: HashMap<u64, InodeRecord> = HashMap::new();
+    let mut max_fid = 0u64;
+    for item in c.scan_prefix(layout::INODE_PREFIX, Direction::Forward)? {
+        let (k, v) = item?;
+        let Some(fid) = layout::inode_key_fid(&k) else {
+            continue;
+        };
+        max_fid = max_fid.max(fid);
+        match InodeRecord::decode(&v) {
+            Some(r) => {
+                recs.insert(fid, r);
+            }
+            None => eprintln!("basalt-fusefs: {name}: ignoring malformed inode record {fid}"),
+        }
+    }
+    let mut names: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+    for item in c.scan_prefix(layout::NAME_PREFIX, Direction::Forward)? {
+        let (k, v) = item?;
+        if let Ok(b) = <[u8; 8]>::try_from(v.as_slice()) {
+            names.insert(
+                k[layout::NAME_PREFIX.len()..].to_vec(),
+                u64::from_be_bytes(b),
+            );
+        }
+    }
+    // Documents: length, and the manifest when the document is one.
+    let mut docs: BTreeMap<Vec<u8>, (u64, Option<Manifest>)> = BTreeMap::new();
+    for item in c.scan(
+        std::ops::Bound::Included(&[1u8][..]),
+        std::ops::Bound::Unbounded,
+        Direction::Forward,
+    )? {
+        let (k, v) = item?;
+        docs.insert(k, (v.len() as u64, Manifest::decode(&v)));
+    }
+
+    let coll_id = st.next_coll;
+    st.next_coll += 1;
+    let root_ino = st.alloc_ino();
+    let mut root = match names
+        .get(&b""[..])
+        .and_then(|f| recs.get(f).map(|r| (*f, r)))
+    {
+        Some((fid, r)) if r.kind == Kind::Dir => Node::from_record(root_ino, coll_id, fid, r),
+        _ => {
+            let mut n = Node::new(root_ino, coll_id, 0, Kind::Dir, 0o755, now);
+            n.fid = u64::MAX; // assigned below once max_fid is known
+            n
+        }
+    };
+    root.nlink = 2;
+    st.nodes.insert(root_ino, root);
+    st.colls.insert(
+        coll_id,
+        Coll {
+            name: name.to_string(),
+            root: root_ino,
+            next_fid: max_fid + 1,
+        },
+    );
+    st.coll_by_name.insert(name.to_string(), coll_id);
+    if st.nodes[&root_ino].fid == u64::MAX {
+        let fid = st.alloc_fid(coll_id);
+        if let Some(n) = st.nodes.get_mut(&root_ino) {
+            n.fid = fid;
+        }
+    }
+
+    let mut fid_ino: HashMap<u64, u64> = HashMap::new();
+    fid_ino.insert(st.nodes[&root_ino].fid, root_ino);
+    let mut cleanup = Batch::default();
+    let mut used_fids = std::collections::HashSet::new();
+
+    // Named inodes first (sorted: parents before children).
+    for (path, fid) in &names {
+        if path.is_empty() {
+            continue;
+        }
+        let Some(parts) = layout::split_path(path) else {
+            cleanup.delete(name, layout::name_key(path));
+            continue;
+        };
+        let Some(rec) = recs.get(fid) else {
+            cleanup.delete(name, layout::name_key(path));
+            continue;
+        };
+        let mut size = rec.size;
+        let mut storage = rec.storage;
+        if rec.kind == Kind::File {
+            match docs.remove(path) {
+                None => {
+                    // Document deleted through the engine API: the file is gone.
+                    cleanup.delete(name, layout::name_key(path));
+                    continue;
+                }
+                Some((len, m)) => match (rec.storage, m) {
+                    (Storage::Chunked, Some(m)) if m.fid == *fid => {}
+                    (Storage::Inline, None) => size = len,
+                    _ => {
+                        // The document was replaced through the engine API.
+                        cleanup.delete(name, layout::name_key(path));
+                        docs.insert(path.clone(), (len, m));
+                        continue;
+                    }
+                },
+            }
+            if storage == Storage::Inline && rec.nlink > 1 {
+                storage = Storage::Chunked;
+            }
+        }
+        let Some(parent) = ensure_dirs(st, coll_id, root_ino, &parts[..parts.len() - 1], now)
+        else {
+            continue;
+        };
+        let leaf = OsStr::from_bytes(parts[parts.len() - 1]).to_os_string();
+        if st.nodes[&parent].children.contains_key(&leaf) {
+            continue;
+        }
+        let ino = match fid_ino.get(fid) {
+            Some(&ino) if rec.kind != Kind::Dir => ino,
+            Some(_) => continue,
+            None => {
+                let ino = st.alloc_ino();
+                let mut n = Node::from_record(ino, coll_id, *fid, rec);
+                n.size = size;
+                n.storage = storage;
+                n.nlink = 0;
+                n.has_doc = rec.kind == Kind::File && storage == Storage::Inline;
+                if rec.kind == Kind::Dir {
+                    n.nlink = 2;
+                }
+                st.nodes.insert(ino, n);
+                fid_ino.insert(*fid, ino);
+                used_fids.insert(*fid);
+                ino
+            }
+        };
+        link_child(st, parent, leaf, ino);
+    }
+
+    // Documents without name records: files written through the engine API.
+    for (path, (len, m)) in docs {
+        let Some(parts) = layout::split_path(&path) else {
+            eprintln!(
+                "basalt-fusefs: {name}: document {:?} has no file path form; not shown",
+                String::from_utf8_lossy(&path)
+            );
+            continue;
+        };
+        let Some(parent) = ensure_dirs(st, coll_id, root_ino, &parts[..parts.len() - 1], now)
+        else {
+            continue;
+        };
+        let leaf = OsStr::from_bytes(parts[parts.len() - 1]).to_os_string();
+        if st.nodes[&parent].children.contains_key(&leaf) {
+            eprintln!(
+                "basalt-fusefs: {name}: document {:?} conflicts with a directory; not shown",
+                String::from_utf8_lossy(&path)
+            );
+            continue;
+        }
+        let linked = m.and_then(|m| fid_ino.get(&m.fid).copied().map(|i| (m, i)));
+        let ino = match (m, linked) {
+            (_, Some((_, ino))) => ino,
+            (Some(m), None) if recs.get(&m.fid).is_some_and(|r| r.kind == Kind::File) => {
+                let ino = st.alloc_ino();
+                let mut n = Node::from_record(ino, coll_id, m.fid, &recs[&m.fid]);
+                n.nlink = 0;
+                n.persisted = false;
+                st.nodes.insert(ino, n);
+                fid_ino.insert(m.fid, ino);
+                used_fids.insert(m.fid);
+                ino
+            }
+            _ => {
+                let ino = st.alloc_ino();
+                let fid = st.alloc_fid(coll_id);
+                let mut n = Node::new(ino, coll_id, fid, Kind::File, 0o644, now);
+                n.size = len;
+                n.nlink = 0;
+                n.has_doc = true;
+                st.nodes.insert(ino, n);
+                ino
+            }
+        };
+        link_child(st, parent, leaf, ino);
+        // A name added here is not in the engine yet: persist it with the next flush.
+        if let Some(n) = st.nodes.get_mut(&ino) {
+            if n.persisted && n.nlink as usize != n.links.len() {
+                n.meta_dirty = true;
+            }
+        }
+    }
+
+    // Link counts follow the names found; fix records that disagree.
+    let inos: Vec<u64> = fid_ino.values().copied().collect();
+    for ino in inos {
+        let Some(n) = st.nodes.get_mut(&ino) else {
+            continue;
+        };
+        if n.kind != Kind::Dir {
+            let links = n.links.len() as u32;
+            if let Some(r) = recs.get(&n.fid) {
+                if r.nlink != links && n.persisted {
+                    n.nlink = links;
+                    n.meta_dirty = true;
+                }
+            }
+            n.nlink = links;
+            if n.meta_dirty {
+                st.dirty_nodes.insert(ino);
+            }
+        }
+    }
+    // Inodes no name refers to: unlinked while open when the daemon stopped.
+    for (fid, r) in &recs {
+        if !used_fids.contains(fid) && Some(fid) != names.get(&b""[..]) {
+            cleanup.delete(name, layout::inode_key(*fid));
+            if r.kind == Kind::File {
+                for item in c.scan_prefix(&layout::chunk_key_prefix(*fid), Direction::Forward)? {
+                    let (k, _) = item?;
+                    cleanup.delete(name, k);
+                }
+            }
+        }
+    }
+    if !cleanup.is_empty() {
+        cleanup.commit(&st.db)?;
+    }
+    Ok(root_ino)
+}
+
+/// Makes sure the directories of `parts` exist under `root`; returns the last one.
+fn ensure_dirs(
+    st: &mut State,
+    coll: u32,
+    root: u64,
+    parts: &[&[u8]],
+    now: SystemTime,
+) -> Option<u64> {
+    let mut cur = root;
+    for p in parts {
+        let name = OsStr::from_bytes(p);
+        match st.nodes[&cur].children.get(name) {
+            Some(&ino) => {
+                if !st.nodes[&ino].is_dir() {
+                    return None;
+                }
+                cur = ino;
+            }
+            None => {
+                let ino = st.alloc_ino();
+                let fid = st.alloc_fid(coll);
+                let mut n = Node::new(ino, coll, fid, Kind::Dir, 0o755, now);
+                n.nlink = 2;
+                st.nodes.insert(ino, n);
+                link_child(st, cur, name.to_os_string(), ino);
+                cur = ino;
+            }
+        }
+    }
+    Some(cur)
+}
+
+/// Adds entry `name` -> `ino` to directory `parent` and updates link counts.
+pub fn link_child(st: &mut State, parent: u64, name: OsString, ino: u64) {
+    let is_dir = st.nodes.get(&ino).is_some_and(|n| n.is_dir());
+    if let Some(n) = st.nodes.get_mut(&ino) {
+        n.links.insert((parent, name.clone()));
+        if !is_dir {
+            n.nlink = n.links.len() as u32;
+        }
+    }
+    if let Some(p) = st.nodes.get_mut(&parent) {
+        p.children.insert(name, ino);
+        if is_dir {
+            p.subdirs += 1;
+            p.nlink = 2 + p.subdirs;
+        }
+    }
+}
+
+/// Removes entry `name` from directory `parent` and updates link counts.
+pub fn unlink_child(st: &mut State, parent: u64, name: &OsStr) -> Option<u64> {
+    let ino = st.nodes.get_mut(&parent)?.children.remove(name)?;
+    let is_dir = st.nodes.get(&ino).is_some_and(|n| n.is_dir());
+    if let Some(n) = st.nodes.get_mut(&ino) {
+        n.links.remove(&(parent, name.to_os_string()));
+        if is_dir {
+            n.nlink = 0;
+        } else {
+            n.nlink = n.links.len() as u32;
+        }
+    }
+    if is_dir {
+        if let Some(p) = st.nodes.get_mut(&parent) {
+            p.subdirs = p.subdirs.saturating_sub(1);
+            p.nlink = 2 + p.subdirs;
+        }
+    }
+    Some(ino)
+}

@@ -1,0 +1,349 @@
+//! Mounting, unmounting and the background flusher.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime};
+
+use basalt_engine::Db;
+use fuser::{Config, MountOption, SessionACL, SessionUnmounter};
+
+use crate::fuse::{BasaltFs, FsOptions, HealthFn, Shared};
+use crate::layout::Kind;
+use crate::state::{Node, State, FIRST_INO, ROOT_INO};
+use crate::FsError;
+
+/// How to mount (the appliance fills this from its command line).
+#[derive(Clone, Default)]
+pub struct MountConfig {
+    pub mountpoint: PathBuf,
+    /// FUSE worker threads; 0 = one per core.
+    pub threads: usize,
+    /// Let other users than the mounting one use the mount (needs root or
+    /// `user_allow_other` in /etc/fuse.conf).
+    pub allow_other: bool,
+    /// Extra `-o` options: `ro`, `noatime`, `nosuid`, `nodev`, `noexec`, `dirsync`,
+    /// `sync`, `fsname=`, `subtype=`, `writeback_cache`, `no_writeback_cache`,
+    /// `no_readdirplus`, `attr_timeout=SECS`, `entry_timeout=SECS`,
+    /// `flush_interval_ms=MS`, `max_write=BYTES`.
+    pub options: Vec<String>,
+    /// Chunk size of large files; 0 = [`crate::DEFAULT_CHUNK_SIZE`].
+    pub chunk_size: usize,
+    /// Feeds `/.basalt/health.json`.
+    pub health: Option<Arc<dyn Fn() -> serde_json::Value + Send + Sync>>,
+}
+
+impl std::fmt::Debug for MountConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MountConfig")
+            .field("mountpoint", &self.mountpoint)
+            .field("threads", &self.threads)
+            .field("allow_other", &self.allow_other)
+            .field("options", &self.options)
+            .field("chunk_size", &self.chunk_size)
+            .field("health", &self.health.is_some())
+            .finish()
+    }
+}
+
+/// A live mount; serves on background threads until unmounted.
+pub struct MountHandle {
+    mountpoint: PathBuf,
+    shared: Arc<Shared>,
+    unmounter: Option<SessionUnmounter>,
+    session: Option<JoinHandle<std::io::Result<()>>>,
+    flusher: Option<JoinHandle<()>>,
+}
+
+fn parse_options(cfg: &MountConfig) -> Result<(FsOptions, Vec<MountOption>), FsError> {
+    let mut o = FsOptions {
+        attr_ttl: Duration::from_secs(1),
+        entry_ttl: Duration::from_secs(1),
+        writeback_cache: true,
+        readdirplus: true,
+        max_write: 1 << 20,
+        flush_interval: Duration::from_millis(1000),
+    };
+    let mut m = vec![
+        MountOption::FSName("basalt".into()),
+        MountOption::Subtype("basalt".into()),
+        MountOption::DefaultPermissions,
+    ];
+    let secs = |v: &str, opt: &str| -> Result<Duration, FsError> {
+        v.parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e6)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| FsError::InvalidOption(opt.to_string()))
+    };
+    for opt in cfg.options.iter().flat_map(|s| s.split(',')) {
+        let opt = opt.trim();
+        let (k, v) = opt.split_once('=').unwrap_or((opt, ""));
+        match k {
+            "" | "rw" | "default_permissions" | "allow_other" => {}
+            "ro" => m.push(MountOption::RO),
+            "noatime" => m.push(MountOption::NoAtime),
+            "nosuid" => m.push(MountOption::NoSuid),
+            "nodev" => m.push(MountOption::NoDev),
+            "noexec" => m.push(MountOption::NoExec),
+            "dirsync" => m.push(MountOption::DirSync),
+            "sync" => m.push(MountOption::Sync),
+            "fsname" if !v.is_empty() => m[0] = MountOption::FSName(v.into()),
+            "subtype" if !v.is_empty() => m[1] = MountOption::Subtype(v.into()),
+            "writeback_cache" => o.writeback_cache = true,
+            "no_writeback_cache" => o.writeback_cache = false,
+            "no_readdirplus" => o.readdirplus = false,
+            "attr_timeout" => o.attr_ttl = secs(v, opt)?,
+            "entry_timeout" => o.entry_ttl = secs(v, opt)?,
+            "flush_interval_ms" => {
+                o.flush_interval = v
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|&x| x > 0)
+                    .map(Duration::from_millis)
+                    .ok_or_else(|| FsError::InvalidOption(opt.to_string()))?
+            }
+            "max_write" => {
+                o.max_write = v
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|&x| (4096..=(16 << 20)).contains(&x))
+                    .ok_or_else(|| FsError::InvalidOption(opt.to_string()))?
+            }
+            _ => return Err(FsError::InvalidOption(opt.to_string())),
+        }
+    }
+    Ok((o, m))
+}
+
+/// Builds the in-memory state: the root and every collection.
+fn build_state(db: Db, chunk_size: u64) -> Result<State, FsError> {
+    let now = SystemTime::now();
+    let mut st = State {
+        db,
+        nodes: HashMap::new(),
+        colls: HashMap::new(),
+        coll_by_name: HashMap::new(),
+        next_ino: FIRST_INO,
+        next_coll: 1,
+        dirty_nodes: HashSet::new(),
+        chunk_size,
+    };
+    let mut root = Node::new(ROOT_INO, 0, 0, Kind::Dir, 0o755, now);
+    root.nlink = 2;
+    root.persisted = true;
+    st.nodes.insert(ROOT_INO, root);
+    let names: BTreeMap<String, ()> = st
+        .db
+        .list_collections()
+        .into_iter()
+        .map(|n| (n, ()))
+        .collect();
+    for name in names.keys() {
+        if name == crate::views::DIR_NAME {
+            eprintln!("basalt-fusefs: collection {name:?} is hidden by the /.basalt view");
+            continue;
+        }
+        let root = crate::load::load_collection(&mut st, name)
+            .map_err(|e| FsError::engine(format!("loading collection {name}"), e))?;
+        crate::load::link_child(&mut st, ROOT_INO, name.into(), root);
+    }
+    // Records fixed while loading (link counts) go out now.
+    st.flush_all().map_err(|e| {
+        FsError::engine(
+            "loading",
+            basalt_engine::Error::Io {
+                path: st.db.path().to_path_buf(),
+                source: std::io::Error::from_raw_os_error(e.0),
+            },
+        )
+    })?;
+    Ok(st)
+}
+
+/// Mounts `db` at `cfg.mountpoint`; returns once the mount is live.
+pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
+    let (opts, mut mopts) = parse_options(&cfg)?;
+    let chunk_size = match cfg.chunk_size {
+        0 => crate::DEFAULT_CHUNK_SIZE,
+        n if (4096..=(8 << 20)).contains(&n) => n,
+        n => {
+            return Err(FsError::InvalidOption(format!(
+                "chunk_size={n} (must be between 4 KiB and 8 MiB)"
+            )))
+        }
+    } as u64;
+    let threads = match cfg.threads {
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        n => n,
+    };
+    let state = build_state(db, chunk_size)?;
+    let flush_interval = opts.flush_interval;
+    let health: Option<HealthFn> = cfg.health.clone();
+    let shared = Arc::new(Shared::new(state, opts, health));
+    let fs = BasaltFs {
+        shared: shared.clone(),
+    };
+    let mut config = Config::default();
+    mopts.dedup();
+    config.mount_options = mopts;
+    config.acl = if cfg.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(threads);
+    config.clone_fd = threads > 1;
+    let mountpoint = cfg.mountpoint.clone();
+    let mut session =
+        fuser::Session::new(fs, &mountpoint, &config).map_err(|e| FsError::Mount {
+            mountpoint: mountpoint.clone(),
+            source: e,
+        })?;
+    let unmounter = session.unmount_callable();
+    let done_shared = shared.clone();
+    let session_thread = std::thread::Builder::new()
+        .name("basalt-fuse".into())
+        .spawn(move || {
+            let r = session.run();
+            done_shared.mark_done();
+            r
+        })
+        .map_err(|e| FsError::Mount {
+            mountpoint: mountpoint.clone(),
+            source: e,
+        })?;
+    let fl_shared = shared.clone();
+    let flusher = std::thread::Builder::new()
+        .name("basalt-flush".into())
+        .spawn(move || loop {
+            {
+                let done = fl_shared.done.lock().unwrap_or_else(|e| e.into_inner());
+                let (done, _) = fl_shared
+                    .done_cv
+                    .wait_timeout(done, flush_interval)
+                    .unwrap_or_else(|e| e.into_inner());
+                if *done {
+                    return;
+                }
+            }
+            let _ = fl_shared.lock().flush_all();
+        })
+        .ok();
+    Ok(MountHandle {
+        mountpoint,
+        shared,
+        unmounter: Some(unmounter),
+        session: Some(session_thread),
+        flusher,
+    })
+}
+
+impl MountHandle {
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Flushes dirty data, syncs the engine and unmounts.
+    pub fn unmount(mut self) -> Result<(), FsError> {
+        let flushed = self.shared.flush_and_sync();
+        let mut res = Ok(());
+        if let Some(mut u) = self.unmounter.take() {
+            if let Err(e) = u.unmount() {
+                res = Err(FsError::Unmount {
+                    mountpoint: self.mountpoint.clone(),
+                    detail: e.to_string(),
+                });
+            }
+        }
+        if res.is_ok() {
+            if let Some(t) = self.session.take() {
+                let _ = t.join();
+            }
+        }
+        self.shared.mark_done();
+        if let Some(t) = self.flusher.take() {
+            let _ = t.join();
+        }
+        res?;
+        flushed.map_err(|e| FsError::Unmount {
+            mountpoint: self.mountpoint.clone(),
+            detail: format!(
+                "final flush failed: {}",
+                std::io::Error::from_raw_os_error(e.0)
+            ),
+        })
+    }
+
+    /// Blocks until the filesystem is unmounted from outside (`fusermount3 -u`).
+    pub fn wait(&self) {
+        let mut done = self.shared.done.lock().unwrap_or_else(|e| e.into_inner());
+        while !*done {
+            done = self
+                .shared
+                .done_cv
+                .wait(done)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+impl Drop for MountHandle {
+    fn drop(&mut self) {
+        if self.unmounter.is_some() || self.session.is_some() {
+            let _ = self.shared.flush_and_sync();
+            if let Some(mut u) = self.unmounter.take() {
+                let _ = u.unmount();
+            }
+            if let Some(t) = self.session.take() {
+                let _ = t.join();
+            }
+            self.shared.mark_done();
+            if let Some(t) = self.flusher.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// True when `mountpoint` is a FUSE mount whose daemon is gone (stat gives ENOTCONN).
+pub fn is_stale_mount(mountpoint: &Path) -> bool {
+    matches!(std::fs::metadata(mountpoint), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
+}
+
+/// Clears the mount of a killed daemon: a lazy unmount, with `fusermount3 -u -z`
+/// when not root.
+pub fn force_unmount(mountpoint: &Path) -> Result<(), FsError> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(mountpoint.as_os_str().as_bytes()).map_err(|_| {
+        FsError::Unmount {
+            mountpoint: mountpoint.into(),
+            detail: "path contains NUL".into(),
+        }
+    })?;
+    // SAFETY: `c` is a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+        return Ok(());
+    }
+    let first = std::io::Error::last_os_error();
+    let out = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg("-z")
+        .arg(mountpoint)
+        .output();
+    match out {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(FsError::Unmount {
+            mountpoint: mountpoint.into(),
+            detail: format!(
+                "umount2: {first}; fusermount3: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ),
+        }),
+        Err(e) => Err(FsError::Unmount {
+            mountpoint: mountpoint.into(),
+            detail: format!("umount2: {first}; fusermount3: {e}"),
+        }),
+    }
+}

@@ -1,0 +1,550 @@
+//! The in-memory inode table and how its changes are written to the engine.
+//!
+//! The whole namespace (inodes and directory entries) is kept in memory while
+//! mounted and is authoritative; every change is written through to the engine in
+//! one atomic batch per operation. File data is cached only while dirty.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::time::SystemTime;
+
+use basalt_engine::{Db, Direction, WriteBatch};
+
+use crate::layout::{self, InodeRecord, Kind, Manifest, Storage};
+
+/// Kernel inode number of the mount root.
+pub const ROOT_INO: u64 = 1;
+/// First inode number handed out to real inodes (below are the virtual `/.basalt` files).
+pub const FIRST_INO: u64 = 16;
+/// Largest file size accepted (writes or truncates beyond fail with EFBIG).
+pub const MAX_FILE_SIZE: u64 = 1 << 50;
+/// Dirty bytes of one file after which its data is written to the engine at once.
+pub const FILE_DIRTY_LIMIT: usize = 8 << 20;
+
+/// One cached chunk of a regular file (for inline files, chunk 0 is the content).
+#[derive(Debug, Default)]
+pub struct Chunk {
+    pub data: Vec<u8>,
+}
+
+/// An inode in memory.
+#[derive(Debug)]
+pub struct Node {
+    pub ino: u64,
+    /// In-memory id of the collection; 0 for the mount root.
+    pub coll: u32,
+    /// Persistent id inside the collection (chunk and inode record keys).
+    pub fid: u64,
+    pub kind: Kind,
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    pub rdev: u32,
+    pub size: u64,
+    pub atime: SystemTime,
+    pub mtime: SystemTime,
+    pub ctime: SystemTime,
+    pub crtime: SystemTime,
+    pub storage: Storage,
+    pub chunk_size: u64,
+    pub symlink: Vec<u8>,
+    pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Names linking to this inode: (parent ino, name). Directories have exactly one.
+    pub links: BTreeSet<(u64, OsString)>,
+    /// Directory entries (directories only).
+    pub children: BTreeMap<OsString, u64>,
+    /// Number of subdirectories (for the directory's link count).
+    pub subdirs: u32,
+    /// Kernel lookup count.
+    pub lookups: u64,
+    /// Open file handles.
+    pub open: u32,
+    /// Inode and name records exist in the engine.
+    pub persisted: bool,
+    /// Attributes changed since the inode record was last written.
+    pub meta_dirty: bool,
+    /// Dirty chunks by index.
+    pub dirty: BTreeMap<u64, Chunk>,
+    pub dirty_bytes: usize,
+    /// Stored chunks at or beyond this index are stale and must be deleted.
+    pub delete_chunks_from: Option<u64>,
+    /// The documents at the file's paths must be rewritten (storage form changed).
+    pub docs_dirty: bool,
+    /// An inline file's document exists in the engine.
+    pub has_doc: bool,
+}
+
+impl Node {
+    pub fn new(ino: u64, coll: u32, fid: u64, kind: Kind, perm: u16, now: SystemTime) -> Node {
+        Node {
+            ino,
+            coll,
+            fid,
+            kind,
+            perm,
+            uid: 0,
+            gid: 0,
+            nlink: 1,
+            rdev: 0,
+            size: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            crtime: now,
+            storage: Storage::Inline,
+            chunk_size: crate::document::DEFAULT_CHUNK_SIZE as u64,
+            symlink: Vec::new(),
+            xattrs: BTreeMap::new(),
+            links: BTreeSet::new(),
+            children: BTreeMap::new(),
+            subdirs: 0,
+            lookups: 0,
+            open: 0,
+            persisted: false,
+            meta_dirty: false,
+            dirty: BTreeMap::new(),
+            dirty_bytes: 0,
+            delete_chunks_from: None,
+            docs_dirty: false,
+            has_doc: false,
+        }
+    }
+
+    pub fn from_record(ino: u64, coll: u32, fid: u64, r: &InodeRecord) -> Node {
+        let mut n = Node::new(ino, coll, fid, r.kind, r.perm, r.mtime);
+        n.uid = r.uid;
+        n.gid = r.gid;
+        n.nlink = r.nlink;
+        n.rdev = r.rdev;
+        n.size = r.size;
+        n.atime = r.atime;
+        n.ctime = r.ctime;
+        n.crtime = r.crtime;
+        n.storage = r.storage;
+        if r.chunk_size > 0 {
+            n.chunk_size = r.chunk_size as u64;
+        }
+        n.symlink = r.symlink.clone();
+        n.xattrs = r.xattrs.iter().cloned().collect();
+        n.persisted = true;
+        n
+    }
+
+    pub fn record(&self) -> InodeRecord {
+        InodeRecord {
+            kind: self.kind,
+            perm: self.perm,
+            uid: self.uid,
+            gid: self.gid,
+            nlink: self.nlink,
+            rdev: self.rdev,
+            size: self.size,
+            atime: self.atime,
+            mtime: self.mtime,
+            ctime: self.ctime,
+            crtime: self.crtime,
+            storage: self.storage,
+            chunk_size: self.chunk_size as u32,
+            symlink: self.symlink.clone(),
+            xattrs: self
+                .xattrs
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        }
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.kind == Kind::Dir
+    }
+
+    pub fn has_dirty_data(&self) -> bool {
+        !self.dirty.is_empty() || self.delete_chunks_from.is_some() || self.docs_dirty
+    }
+
+    /// The one name of a singly-linked inode.
+    pub fn only_link(&self) -> Option<&(u64, OsString)> {
+        if self.links.len() == 1 {
+            self.links.iter().next()
+        } else {
+            None
+        }
+    }
+}
+
+/// A mounted collection.
+#[derive(Debug)]
+pub struct Coll {
+    pub name: String,
+    pub root: u64,
+    pub next_fid: u64,
+}
+
+/// Puts and deletes for one engine batch, deduplicated by key (last wins).
+#[derive(Default)]
+pub struct Batch {
+    ops: BTreeMap<(String, Vec<u8>), Option<Vec<u8>>>,
+}
+
+impl Batch {
+    pub fn put(&mut self, coll: &str, key: Vec<u8>, value: Vec<u8>) {
+        self.ops.insert((coll.to_string(), key), Some(value));
+    }
+    pub fn delete(&mut self, coll: &str, key: Vec<u8>) {
+        self.ops.insert((coll.to_string(), key), None);
+    }
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+    pub fn commit(self, db: &Db) -> Result<(), basalt_engine::Error> {
+        if self.ops.is_empty() {
+            return Ok(());
+        }
+        let mut b = WriteBatch::new();
+        for ((c, k), v) in &self.ops {
+            match v {
+                Some(v) => b.put(c, k, v),
+                None => b.delete(c, k),
+            };
+        }
+        db.write(&b).map(|_| ())
+    }
+}
+
+/// An engine failure already logged, carrying the errno to reply with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Errno(pub i32);
+
+/// Logs an engine error naming the document and returns its errno.
+pub fn engine_err(coll: &str, path: &[u8], e: &basalt_engine::Error) -> Errno {
+    eprintln!(
+        "basalt-fusefs: engine error on {coll}/{}: {e}",
+        String::from_utf8_lossy(path)
+    );
+    Errno(e.errno())
+}
+
+/// The whole filesystem state behind one lock.
+pub struct State {
+    pub db: Db,
+    pub nodes: HashMap<u64, Node>,
+    pub colls: HashMap<u32, Coll>,
+    pub coll_by_name: HashMap<String, u32>,
+    pub next_ino: u64,
+    pub next_coll: u32,
+    pub dirty_nodes: HashSet<u64>,
+    pub chunk_size: u64,
+}
+
+impl State {
+    pub fn node(&self, ino: u64) -> Result<&Node, Errno> {
+        self.nodes.get(&ino).ok_or(Errno(libc::ENOENT))
+    }
+
+    pub fn node_mut(&mut self, ino: u64) -> Result<&mut Node, Errno> {
+        self.nodes.get_mut(&ino).ok_or(Errno(libc::ENOENT))
+    }
+
+    pub fn coll_name(&self, id: u32) -> Result<&str, Errno> {
+        self.colls
+            .get(&id)
+            .map(|c| c.name.as_str())
+            .ok_or(Errno(libc::ENOENT))
+    }
+
+    pub fn alloc_ino(&mut self) -> u64 {
+        let i = self.next_ino;
+        self.next_ino += 1;
+        i
+    }
+
+    pub fn alloc_fid(&mut self, coll: u32) -> u64 {
+        match self.colls.get_mut(&coll) {
+            Some(c) => {
+                let f = c.next_fid;
+                c.next_fid += 1;
+                f
+            }
+            None => 0,
+        }
+    }
+
+    /// Path of a directory inside its collection (empty for the collection root).
+    pub fn dir_path(&self, ino: u64) -> Result<Vec<u8>, Errno> {
+        let mut parts: Vec<&OsStr> = Vec::new();
+        let mut cur = ino;
+        for _ in 0..4096 {
+            let n = self.node(cur)?;
+            let coll_root = self.colls.get(&n.coll).map(|c| c.root);
+            if coll_root == Some(cur) {
+                let mut out = Vec::new();
+                for (i, p) in parts.iter().rev().enumerate() {
+                    if i > 0 {
+                        out.push(b'/');
+                    }
+                    out.extend_from_slice(p.as_bytes());
+                }
+                return Ok(out);
+            }
+            let (parent, name) = n.links.iter().next().ok_or(Errno(libc::ENOENT))?;
+            parts.push(name);
+            cur = *parent;
+        }
+        Err(Errno(libc::ELOOP))
+    }
+
+    /// Path of entry `name` in directory `parent`.
+    pub fn child_path(&self, parent: u64, name: &OsStr) -> Result<Vec<u8>, Errno> {
+        let mut p = self.dir_path(parent)?;
+        if !p.is_empty() {
+            p.push(b'/');
+        }
+        p.extend_from_slice(name.as_bytes());
+        if p.len() + layout::NAME_PREFIX.len() > basalt_engine::MAX_KEY_LEN {
+            return Err(Errno(libc::ENAMETOOLONG));
+        }
+        Ok(p)
+    }
+
+    /// Every path of an inode.
+    pub fn paths(&self, ino: u64) -> Result<Vec<Vec<u8>>, Errno> {
+        let n = self.node(ino)?;
+        if self.colls.get(&n.coll).map(|c| c.root) == Some(ino) {
+            return Ok(Vec::new());
+        }
+        n.links
+            .iter()
+            .map(|(p, name)| self.child_path(*p, name))
+            .collect()
+    }
+
+    pub fn mark_dirty(&mut self, ino: u64) {
+        self.dirty_nodes.insert(ino);
+    }
+
+    /// Adds the records describing `ino` (inode record; name records and documents
+    /// when asked) to `batch`.
+    pub fn put_inode(&self, b: &mut Batch, ino: u64, names: bool) -> Result<(), Errno> {
+        let n = self.node(ino)?;
+        let coll = self.coll_name(n.coll)?;
+        b.put(coll, layout::inode_key(n.fid), n.record().encode());
+        if names {
+            if self.colls.get(&n.coll).map(|c| c.root) == Some(ino) {
+                b.put(coll, layout::name_key(b""), n.fid.to_be_bytes().to_vec());
+            }
+            for path in self.paths(ino)? {
+                b.put(coll, layout::name_key(&path), n.fid.to_be_bytes().to_vec());
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads one stored chunk (or the inline document) of a file.
+    pub fn load_chunk(&self, ino: u64, idx: u64) -> Result<Vec<u8>, Errno> {
+        let n = self.node(ino)?;
+        if let Some(c) = n.dirty.get(&idx) {
+            return Ok(c.data.clone());
+        }
+        let key = self.chunk_location(ino, idx)?;
+        let coll = self.coll_name(n.coll)?;
+        match key {
+            None => Ok(Vec::new()),
+            Some(k) => match self.db.get(coll, &k) {
+                Ok(v) => Ok(v.unwrap_or_default()),
+                Err(e) => Err(engine_err(coll, &k, &e)),
+            },
+        }
+    }
+
+    /// Engine key holding chunk `idx` as stored (None: a hole or stale).
+    pub fn chunk_location(&self, ino: u64, idx: u64) -> Result<Option<Vec<u8>>, Errno> {
+        let n = self.node(ino)?;
+        if idx * n.chunk_size >= n.size {
+            return Ok(None);
+        }
+        match n.storage {
+            Storage::Inline => {
+                if idx > 0 || !n.has_doc {
+                    return Ok(None);
+                }
+                let (p, name) = n.only_link().ok_or(Errno(libc::EIO))?;
+                Ok(Some(self.child_path(*p, name)?))
+            }
+            Storage::Chunked => {
+                if n.delete_chunks_from.is_some_and(|f| idx >= f) {
+                    return Ok(None);
+                }
+                Ok(Some(layout::chunk_key(n.fid, idx)))
+            }
+        }
+    }
+
+    /// Switches a file to chunked storage (more than one link, unlinked while open,
+    /// or larger than a chunk). Its content moves with the next flush.
+    pub fn make_chunked(&mut self, ino: u64) -> Result<(), Errno> {
+        let n = self.node(ino)?;
+        if n.kind != Kind::File || n.storage == Storage::Chunked {
+            return Ok(());
+        }
+        let data = if n.size > 0 {
+            self.load_chunk(ino, 0)?
+        } else {
+            Vec::new()
+        };
+        let n = self.node_mut(ino)?;
+        n.storage = Storage::Chunked;
+        n.docs_dirty = true;
+        n.delete_chunks_from = Some(0);
+        if !data.is_empty() || n.size > 0 {
+            let len = data.len();
+            n.dirty.insert(0, Chunk { data });
+            n.dirty_bytes += len;
+        }
+        n.meta_dirty = true;
+        self.mark_dirty(ino);
+        Ok(())
+    }
+
+    /// Writes a file's dirty data and attributes in one batch.
+    pub fn flush_node(&mut self, ino: u64) -> Result<(), Errno> {
+        let Some(n) = self.nodes.get(&ino) else {
+            self.dirty_nodes.remove(&ino);
+            return Ok(());
+        };
+        if !n.has_dirty_data() && !n.meta_dirty {
+            self.dirty_nodes.remove(&ino);
+            return Ok(());
+        }
+        let coll = self.coll_name(n.coll)?.to_string();
+        let mut b = Batch::default();
+        let linked = !n.links.is_empty() || self.colls.get(&n.coll).map(|c| c.root) == Some(ino);
+        if n.kind == Kind::File {
+            let cs = n.chunk_size;
+            if let Some(from) = n.delete_chunks_from {
+                let prefix = layout::chunk_key_prefix(n.fid);
+                let lo = layout::chunk_key(n.fid, from);
+                let iter = self
+                    .db
+                    .collection(&coll)
+                    .and_then(|c| {
+                        let mut hi = prefix.clone();
+                        hi.extend_from_slice(&[0xff; 9]);
+                        c.scan(
+                            std::ops::Bound::Included(&lo[..]),
+                            std::ops::Bound::Excluded(&hi[..]),
+                            Direction::Forward,
+                        )
+                    })
+                    .map_err(|e| engine_err(&coll, &lo, &e))?;
+                for item in iter {
+                    let (k, _) = item.map_err(|e| engine_err(&coll, &lo, &e))?;
+                    b.delete(&coll, k);
+                }
+            }
+            match n.storage {
+                Storage::Inline if linked => {
+                    let (p, name) = n.only_link().ok_or(Errno(libc::EIO))?;
+                    let path = self.child_path(*p, name)?;
+                    if n.docs_dirty || !n.dirty.is_empty() {
+                        let mut data = match n.dirty.get(&0) {
+                            Some(c) => c.data.clone(),
+                            None => self.load_chunk(ino, 0)?,
+                        };
+                        data.resize(n.size as usize, 0);
+                        b.put(&coll, path, data);
+                    }
+                }
+                Storage::Inline => {}
+                Storage::Chunked => {
+                    for (idx, c) in &n.dirty {
+                        let start = idx * cs;
+                        if start >= n.size {
+                            continue;
+                        }
+                        let mut data = c.data.clone();
+                        data.truncate((n.size - start).min(cs) as usize);
+                        b.put(&coll, layout::chunk_key(n.fid, *idx), data);
+                    }
+                    if n.docs_dirty {
+                        let m = Manifest {
+                            fid: n.fid,
+                            chunk_size: cs as u32,
+                        }
+                        .encode();
+                        for path in self.paths(ino)? {
+                            b.put(&coll, path, m.clone());
+                        }
+                    }
+                }
+            }
+        }
+        let needs_record = linked || n.open > 0;
+        if needs_record {
+            self.put_inode(&mut b, ino, !n.persisted && linked)?;
+        }
+        b.commit(&self.db).map_err(|e| {
+            let path = self.paths(ino).ok().and_then(|p| p.into_iter().next());
+            engine_err(&coll, &path.unwrap_or_default(), &e)
+        })?;
+        let n = self.node_mut(ino)?;
+        n.dirty.clear();
+        n.dirty_bytes = 0;
+        n.delete_chunks_from = None;
+        n.docs_dirty = false;
+        n.meta_dirty = false;
+        if needs_record && linked {
+            n.persisted = true;
+        }
+        if n.kind == Kind::File {
+            n.has_doc = n.storage == Storage::Inline && linked;
+        }
+        self.dirty_nodes.remove(&ino);
+        Ok(())
+    }
+
+    /// Flushes every dirty inode; returns the first error.
+    pub fn flush_all(&mut self) -> Result<(), Errno> {
+        let inos: Vec<u64> = self.dirty_nodes.iter().copied().collect();
+        let mut first = Ok(());
+        for ino in inos {
+            if let Err(e) = self.flush_node(ino) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+
+    /// Deletes every record of an inode that no name refers to and no handle holds.
+    pub fn purge_inode(&mut self, ino: u64, b: &mut Batch) -> Result<(), Errno> {
+        let n = self.node(ino)?;
+        let coll = self.coll_name(n.coll)?.to_string();
+        b.delete(&coll, layout::inode_key(n.fid));
+        if n.kind == Kind::File {
+            let prefix = layout::chunk_key_prefix(n.fid);
+            let iter = self
+                .db
+                .collection(&coll)
+                .and_then(|c| c.scan_prefix(&prefix, Direction::Forward))
+                .map_err(|e| engine_err(&coll, &prefix, &e))?;
+            for item in iter {
+                let (k, _) = item.map_err(|e| engine_err(&coll, &prefix, &e))?;
+                b.delete(&coll, k);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops an inode from memory once nothing refers to it.
+    pub fn maybe_forget(&mut self, ino: u64) {
+        if let Some(n) = self.nodes.get(&ino) {
+            if n.nlink == 0 && n.lookups == 0 && n.open == 0 && n.links.is_empty() {
+                self.nodes.remove(&ino);
+                self.dirty_nodes.remove(&ino);
+            }
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! Helpers for tests that mount a real FUSE filesystem (root and /dev/fuse needed).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Why FUSE tests cannot run here, or `None` when they can.
+pub fn fuse_unavailable() -> Option<String> {
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not running as root".into());
+    }
+    if std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .is_err()
+    {
+        return Some("/dev/fuse cannot be opened".into());
+    }
+    None
+}
+
+/// Skips the calling test (with the reason printed) when FUSE is not available.
+#[macro_export]
+macro_rules! require_fuse {
+    () => {
+        if let Some(why) = common::fuse_unavailable() {
+            eprintln!("SKIPPED: FUSE test needs root and /dev/fuse: {why}");
+            return;
+        }
+    };
+}
+
+pub fn is_mounted(mp: &Path) -> bool {
+    let want = mp.canonicalize().unwrap_or_else(|_| mp.to_path_buf());
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(want.to_str().unwrap_or("")) && l.contains("fuse"))
+}
+
+pub fn wait_mounted(mp: &Path, child: &mut Child) {
+    let t = Instant::now();
+    while !is_mounted(mp) {
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("dev mount exited early: {st}");
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "mount did not appear"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A dev-binary mount running as a separate process.
+pub struct DevMount {
+    pub child: Child,
+    pub mountpoint: PathBuf,
+}
+
+impl DevMount {
+    pub fn start(data: &Path, mountpoint: &Path, extra: &[&str]) -> DevMount {
+        std::fs::create_dir_all(mountpoint).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_basalt-fusefs-dev"))
+            .arg("mount")
+            .arg("--data")
+            .arg(data)
+            .args(extra)
+            .arg(mountpoint)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn basalt-fusefs-dev");
+        wait_mounted(mountpoint, &mut child);
+        DevMount {
+            child,
+            mountpoint: mountpoint.to_path_buf(),
+        }
+    }
+
+    /// Clean unmount from outside (as `fusermount3 -u` would) and wait for exit.
+    pub fn stop(mut self) {
+        let pid = self.child.id() as i32;
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "dev mount exited with {st}");
+        assert!(!is_mounted(&self.mountpoint));
+    }
+
+    /// `kill -9` and clear the dead mount.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        assert!(basalt_fusefs::is_stale_mount(&self.mountpoint) || !is_mounted(&self.mountpoint));
+        if is_mounted(&self.mountpoint) {
+            basalt_fusefs::force_unmount(&self.mountpoint).unwrap();
+        }
+        assert!(!is_mounted(&self.mountpoint));
+    }
+}
+
+impl Drop for DevMount {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if is_mounted(&self.mountpoint) {
+            let _ = basalt_fusefs::force_unmount(&self.mountpoint);
+        }
+    }
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+pub fn open_db(dir: &Path) -> basalt_engine::Db {
+    basalt_engine::Db::open(
+        dir,
+        basalt_engine::Options {
+            durability: basalt_engine::Durability::NoSync,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Compares two byte strings, reporting length and first difference (not the bytes).
+#[track_caller]
+pub fn assert_bytes(got: &[u8], want: &[u8], what: &str) {
+    if got != want {
+        let first = got.iter().zip(want).position(|(a, b)| a != b);
+        panic!(
+            "{what}: got {} bytes, want {}, first difference at {:?}",
+            got.len(),
+            want.len(),
+            first
+        );
+    }
+}

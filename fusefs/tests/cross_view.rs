@@ -1,0 +1,253 @@
+//! Files written through the mount are documents for the engine API (after unmount
+//! and remount), and documents written through the engine API are files.
+
+mod common;
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use basalt_fusefs::{mount, write_document, DocumentReader, MountConfig};
+use common::{assert_bytes, open_db, pattern};
+
+fn cfg(mp: &Path) -> MountConfig {
+    MountConfig {
+        mountpoint: mp.to_path_buf(),
+        threads: 2,
+        allow_other: true,
+        ..Default::default()
+    }
+}
+
+fn doc(db: &basalt_engine::Db, coll: &str, key: &str) -> Vec<u8> {
+    let mut r = DocumentReader::open(db, coll, key).unwrap();
+    let mut v = Vec::new();
+    r.read_to_end(&mut v).unwrap();
+    assert_eq!(v.len() as u64, r.len());
+    v
+}
+
+#[test]
+fn mount_writes_are_engine_documents() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
+    std::fs::create_dir_all(&mp).unwrap();
+    let small = b"hello basalt\n".to_vec();
+    let big = pattern(1, 3 * basalt_fusefs::DEFAULT_CHUNK_SIZE + 12345);
+    let mut sparse = vec![0u8; 5 << 20];
+    sparse[(4 << 20)..(4 << 20) + 4].copy_from_slice(b"tail");
+    {
+        let h = mount(open_db(&data), cfg(&mp)).unwrap();
+        let c = mp.join("users");
+        std::fs::create_dir(&c).unwrap();
+        std::fs::create_dir_all(c.join("a/b")).unwrap();
+        std::fs::write(c.join("a/b/small.txt"), &small).unwrap();
+        std::fs::write(c.join("big.bin"), &big).unwrap();
+        // Random overwrite inside the large file.
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(c.join("big.bin"))
+            .unwrap();
+        f.write_all_at(b"PATCH", 300_000).unwrap();
+        drop(f);
+        // Sparse file: a hole then four bytes.
+        let mut f = std::fs::File::create(c.join("sparse")).unwrap();
+        f.seek(SeekFrom::Start(4 << 20)).unwrap();
+        f.write_all(b"tail").unwrap();
+        f.set_len(5 << 20).unwrap();
+        drop(f);
+        // Grow then shrink back below a chunk: stored inline again.
+        std::fs::write(c.join("shrunk"), pattern(2, 1 << 20)).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(c.join("shrunk"))
+            .unwrap();
+        f.set_len(100).unwrap();
+        drop(f);
+        std::fs::hard_link(c.join("big.bin"), c.join("a/link.bin")).unwrap();
+        std::os::unix::fs::symlink("a/b/small.txt", c.join("sym")).unwrap();
+        std::fs::set_permissions(
+            c.join("a/b/small.txt"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        std::fs::rename(c.join("a/b"), c.join("moved")).unwrap();
+        assert_eq!(std::fs::read(c.join("moved/small.txt")).unwrap(), small);
+        h.unmount().unwrap();
+    }
+    let mut big_patched = big.clone();
+    big_patched[300_000..300_005].copy_from_slice(b"PATCH");
+    {
+        let db = open_db(&data);
+        assert_eq!(doc(&db, "users", "moved/small.txt"), small);
+        assert_bytes(&doc(&db, "users", "big.bin"), &big_patched, "big.bin");
+        assert_bytes(&doc(&db, "users", "a/link.bin"), &big_patched, "link.bin");
+        assert_bytes(&doc(&db, "users", "sparse"), &sparse, "sparse");
+        let shrunk = pattern(2, 1 << 20)[..100].to_vec();
+        assert_eq!(doc(&db, "users", "shrunk"), shrunk);
+        // A small file is one plain record.
+        let coll = db.collection("users").unwrap();
+        assert_eq!(coll.get(b"moved/small.txt").unwrap().unwrap(), small);
+        assert_eq!(coll.get(b"shrunk").unwrap().unwrap(), shrunk);
+        assert!(coll.get(b"a/b/small.txt").unwrap().is_none());
+    }
+    // Remount: attributes, links and content survive.
+    let h = mount(open_db(&data), cfg(&mp)).unwrap();
+    let c = mp.join("users");
+    let m = std::fs::metadata(c.join("moved/small.txt")).unwrap();
+    assert_eq!(m.mode() & 0o7777, 0o600);
+    assert_bytes(
+        &std::fs::read(c.join("a/link.bin")).unwrap(),
+        &big_patched,
+        "link via fs",
+    );
+    let (m1, m2) = (
+        std::fs::metadata(c.join("big.bin")).unwrap(),
+        std::fs::metadata(c.join("a/link.bin")).unwrap(),
+    );
+    assert_eq!((m1.ino(), m1.nlink()), (m2.ino(), 2));
+    assert_eq!(
+        std::fs::read_link(c.join("sym")).unwrap(),
+        Path::new("a/b/small.txt")
+    );
+    assert_bytes(
+        &std::fs::read(c.join("sparse")).unwrap(),
+        &sparse,
+        "sparse via fs",
+    );
+    h.unmount().unwrap();
+}
+
+#[test]
+fn engine_documents_are_files() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
+    std::fs::create_dir_all(&mp).unwrap();
+    let big = pattern(3, 2 * basalt_fusefs::DEFAULT_CHUNK_SIZE + 7);
+    {
+        let db = open_db(&data);
+        let c = db.create_collection("orders").unwrap();
+        c.put(b"2024/01/o1.json", b"{\"id\":1}").unwrap();
+        c.put(b"top", b"x").unwrap();
+        c.put(b"bad//key", b"not a path").unwrap();
+        write_document(&db, "orders", "2024/big.bin", &mut &big[..]).unwrap();
+        write_document(&db, "orders", "small.txt", &mut &b"small"[..]).unwrap();
+        db.close().unwrap();
+    }
+    {
+        let h = mount(open_db(&data), cfg(&mp)).unwrap();
+        let c = mp.join("orders");
+        assert_eq!(
+            std::fs::read(c.join("2024/01/o1.json")).unwrap(),
+            b"{\"id\":1}"
+        );
+        assert_bytes(
+            &std::fs::read(c.join("2024/big.bin")).unwrap(),
+            &big,
+            "big via fs",
+        );
+        assert_eq!(std::fs::read(c.join("small.txt")).unwrap(), b"small");
+        let mut names: Vec<String> = std::fs::read_dir(&c)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["2024", "small.txt", "top"]);
+        // Change through the mount, then read through the engine.
+        std::fs::write(c.join("top"), b"changed").unwrap();
+        std::fs::remove_file(c.join("2024/01/o1.json")).unwrap();
+        let feed = std::fs::read_to_string(mp.join(".basalt/changes/orders")).unwrap();
+        assert!(feed.lines().any(|l| l.contains("\"top\"")), "{feed}");
+        let stats = std::fs::read_to_string(mp.join(".basalt/stats.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&stats).unwrap();
+        assert!(v["filesystem"]["files"].as_u64().unwrap() >= 3);
+        h.unmount().unwrap();
+    }
+    let db = open_db(&data);
+    let c = db.collection("orders").unwrap();
+    assert_eq!(c.get(b"top").unwrap().unwrap(), b"changed");
+    assert!(c.get(b"2024/01/o1.json").unwrap().is_none());
+    assert_bytes(&doc(&db, "orders", "2024/big.bin"), &big, "big via engine");
+}
+
+#[test]
+fn collections_are_root_directories() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
+    std::fs::create_dir_all(&mp).unwrap();
+    let db = open_db(&data);
+    let h = mount(db.clone(), cfg(&mp)).unwrap();
+    std::fs::create_dir(mp.join("a")).unwrap();
+    std::fs::write(mp.join("a/f"), b"1").unwrap();
+    std::fs::rename(mp.join("a"), mp.join("b")).unwrap();
+    assert_eq!(std::fs::read(mp.join("b/f")).unwrap(), b"1");
+    assert_eq!(db.list_collections(), ["b"]);
+    let e = std::fs::remove_dir(mp.join("b")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY));
+    std::fs::remove_file(mp.join("b/f")).unwrap();
+    std::fs::remove_dir(mp.join("b")).unwrap();
+    assert!(db.list_collections().is_empty());
+    // Files at the root and writes into /.basalt are refused.
+    assert!(std::fs::write(mp.join("file"), b"x").is_err());
+    assert!(std::fs::write(mp.join(".basalt/stats.json"), b"x").is_err());
+    // Over-long names and keys map to ENAMETOOLONG.
+    std::fs::create_dir(mp.join("c")).unwrap();
+    let long = "x".repeat(256);
+    let e = std::fs::write(mp.join("c").join(long), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENAMETOOLONG));
+    let health = std::fs::read_to_string(mp.join(".basalt/health.json")).unwrap();
+    assert!(health.contains("unknown"));
+    h.unmount().unwrap();
+}
+
+#[test]
+fn unlinked_open_file_lives_until_close() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
+    std::fs::create_dir_all(&mp).unwrap();
+    let h = mount(open_db(&data), cfg(&mp)).unwrap();
+    std::fs::create_dir(mp.join("c")).unwrap();
+    let p = mp.join("c/tmpfile");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    f.write_all(b"still here").unwrap();
+    f.sync_all().unwrap();
+    std::fs::remove_file(&p).unwrap();
+    assert!(!p.exists());
+    let mut s = String::new();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "still here");
+    f.write_all(&pattern(9, 1 << 20)).unwrap();
+    f.sync_all().unwrap();
+    let mut back = vec![0u8; 1 << 20];
+    f.read_exact_at(&mut back, 10).unwrap();
+    assert_bytes(&back, &pattern(9, 1 << 20), "unlinked");
+    drop(f);
+    h.unmount().unwrap();
+    // Nothing of the file is left in the engine.
+    let db = open_db(&data);
+    let keys: Vec<Vec<u8>> = db
+        .collection("c")
+        .unwrap()
+        .scan(
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            basalt_engine::Direction::Forward,
+        )
+        .unwrap()
+        .map(|kv| kv.unwrap().0)
+        .filter(|k| !k.starts_with(b"\0N") || k.len() > 2)
+        .filter(|k| k.starts_with(b"\0C") || !k.starts_with(b"\0"))
+        .collect();
+    assert!(keys.is_empty(), "leftover keys {keys:?}");
+}

@@ -110,6 +110,9 @@ pub struct MountArgs {
     /// Optional config file for engine settings ([engine] section); flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Internal: the background child of `basalt mount` (detaches its output once mounted).
+    #[arg(long, hide = true)]
+    pub daemon_child: bool,
 }
 
 #[derive(Debug, Clone, Args)]

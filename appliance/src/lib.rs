@@ -9,8 +9,10 @@ pub mod dump;
 pub mod http;
 pub mod jsonbytes;
 pub mod logging;
+pub mod mountfs;
 pub mod mounts;
 pub mod notify;
+pub mod service;
 pub mod store;
 
 use clap::Parser;
@@ -50,8 +52,17 @@ pub fn main_entry() -> i32 {
 }
 
 fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
-    let _log = logging::init(&logging::level_for(cli.verbose, "warn"));
+    if let Command::Serve(a) = &cli.command {
+        let cfg = cmd::up::load_serve_config(a)?;
+        let log = logging::init(&logging::level_for(cli.verbose, &cfg.log_level.0));
+        return cmd::up::run_serve(a, cfg, log, out);
+    }
+    let log = logging::init(&logging::level_for(cli.verbose, "warn"));
     match &cli.command {
+        Command::Up(a) => cmd::up::run_up(a, log, out),
+        Command::Mount(a) => cmd::mount::run_mount(a, cli.verbose, log, out),
+        Command::Umount(a) => cmd::mount::run_umount(a, out),
+        Command::Serve(_) => unreachable!("handled above"),
         Command::Bench(a) => cmd::bench::run(&a.args, out),
         Command::Health(a) => Ok(basalt_monitoring::run_health(a, out)?),
         Command::Stats(a) => cmd::stats::run(a, out),
@@ -63,8 +74,5 @@ fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
         Command::Load(a) => cmd::dump::run_load(a, out),
         Command::Completions(a) => cmd::completions::run_completions(a, out),
         Command::Man(a) => cmd::completions::run_man(a, out),
-        Command::Up(_) | Command::Mount(_) | Command::Umount(_) | Command::Serve(_) => {
-            anyhow::bail!("not available in this build yet")
-        }
     }
 }

@@ -7,4 +7,6 @@ pub mod collections;
 pub mod completions;
 pub mod dump;
 pub mod gc;
+pub mod mount;
 pub mod stats;
+pub mod up;

@@ -30,6 +30,11 @@ impl AlignedBuf {
         AlignedBuf { ptr, cap, len }
     }
 
+    /// Pointer to the first byte (for asynchronous IO).
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr
+    }
+
     /// Sets the length (must not exceed the capacity). New bytes keep their old content.
     pub fn set_len(&mut self, len: usize) {
         assert!(len <= self.cap);

@@ -27,7 +27,7 @@ struct Shard<K, V> {
 /// Byte-bounded cache of immutable values.
 pub struct ClockCache<K, V> {
     shards: Vec<Mutex<Shard<K, V>>>,
-    cap_per_shard: usize,
+    cap_per_shard: std::sync::atomic::AtomicUsize,
     pub hits: AtomicU64,
     pub misses: AtomicU64,
 }
@@ -47,7 +47,7 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
                     })
                 })
                 .collect(),
-            cap_per_shard: (capacity / SHARDS).max(1),
+            cap_per_shard: std::sync::atomic::AtomicUsize::new((capacity / SHARDS).max(1)),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         }
@@ -83,7 +83,8 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
     /// Inserts `v` charged at `charge` bytes, evicting unreferenced entries as needed.
     /// Values larger than a shard's budget are not cached.
     pub fn insert(&self, k: K, v: Arc<V>, charge: usize) {
-        if charge > self.cap_per_shard {
+        let cap = self.cap_per_shard.load(Ordering::Relaxed);
+        if charge > cap {
             return;
         }
         let mut guard = self.shard(&k).lock();
@@ -95,7 +96,7 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
             slot.charge = charge;
             return;
         }
-        while s.used + charge > self.cap_per_shard && !s.map.is_empty() {
+        while s.used + charge > cap && !s.map.is_empty() {
             let n = s.slots.len();
             let i = s.hand % n;
             s.hand = (i + 1) % n;
@@ -153,9 +154,28 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
     }
 
     /// Budget in bytes.
-    #[cfg(test)]
     pub fn capacity(&self) -> usize {
-        self.cap_per_shard * SHARDS
+        self.cap_per_shard.load(Ordering::Relaxed) * SHARDS
+    }
+
+    /// Changes the budget; a smaller one evicts at once.
+    pub fn set_capacity(&self, capacity: usize) {
+        let cap = (capacity / SHARDS).max(1);
+        self.cap_per_shard.store(cap, Ordering::Relaxed);
+        for sh in &self.shards {
+            let mut guard = sh.lock();
+            let s = &mut *guard;
+            while s.used > cap && !s.map.is_empty() {
+                let n = s.slots.len();
+                let i = s.hand % n;
+                s.hand = (i + 1) % n;
+                if let Some(slot) = s.slots[i].take() {
+                    s.used -= slot.charge;
+                    s.map.remove(&slot.key);
+                    s.free.push(i);
+                }
+            }
+        }
     }
 }
 

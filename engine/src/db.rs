@@ -14,7 +14,7 @@ use crate::io::{probe_direct_io, DataFile, IoCounters, IoMode};
 use crate::lock::DirLock;
 use crate::log_writer::{create_segment, LogWriter};
 use crate::memtable::Memtable;
-use crate::options::{Durability, Options};
+use crate::options::{Durability, IoBackend, Options};
 use crate::record::{CollId, Kind, RecordIter, RecordRef, Seqno};
 use crate::segment::{
     check_header, parse_segment_name, read_footer, scan_blocks, segment_path, SegId, DATA_START,
@@ -62,6 +62,8 @@ pub(crate) struct Inner {
     pub dir: PathBuf,
     pub opts: Options,
     pub io_mode: IoMode,
+    /// Read backend in use (after any fallback).
+    pub io_backend: IoBackend,
     pub counters: Arc<IoCounters>,
     _lock: Option<DirLock>,
     pub read_only: bool,
@@ -203,8 +205,16 @@ impl Db {
             }
             IoMode::Buffered
         };
+        let io_backend = match opts.io_backend {
+            IoBackend::IoUring if !crate::uring::available() => {
+                tracing::warn!("io_uring is not available: reading with pread");
+                eprintln!("basalt: warning: io_uring is not available here; falling back to pread (psync)");
+                IoBackend::Psync
+            }
+            b => b,
+        };
         let counters = Arc::new(IoCounters::default());
-        let cache_bytes = opts.cache_bytes();
+        let cache_bytes = opts.cache_bytes(0);
         let index_cache: Arc<IndexCache> = Arc::new(ClockCache::new((cache_bytes / 2) as usize));
         let data_cache: Arc<DataCache> = Arc::new(ClockCache::new((cache_bytes / 2) as usize));
 
@@ -525,6 +535,7 @@ impl Db {
         let inner = Arc::new(Inner {
             dir: dir.to_path_buf(),
             io_mode,
+            io_backend,
             counters,
             _lock: lock,
             read_only,
@@ -566,6 +577,7 @@ impl Db {
             inner,
             _guard: guard,
         };
+        db.inner.rebalance_caches();
         if !read_only {
             db.start_background();
         }
@@ -622,6 +634,11 @@ impl Db {
     /// The options the engine runs with.
     pub fn options(&self) -> &Options {
         &self.inner.opts
+    }
+
+    /// Read backend in use (io_uring, or psync after a fallback).
+    pub fn io_backend(&self) -> IoBackend {
+        self.inner.io_backend
     }
 
     /// Active IO mode (O_DIRECT or buffered fallback).
@@ -843,9 +860,7 @@ impl Collection {
     pub fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
         self.check_live()?;
         let snap = self.db.inner.visible_seqno.load(Ordering::SeqCst);
-        keys.iter()
-            .map(|k| self.db.inner.get_at(self.id, k, snap, None))
-            .collect()
+        self.db.inner.multi_get(self.id, keys, snap)
     }
 
     /// Ordered scan of keys within the bounds, forwards or backwards.
@@ -1039,8 +1054,10 @@ impl Inner {
         Ok(last)
     }
 
+    /// Size at which the active memtable rotates: the active one plus at most two
+    /// waiting for flush (writers stall beyond that) stay within the write cache.
     pub(crate) fn memtable_target(&self) -> u64 {
-        self.opts.write_cache_bytes() / 2
+        self.opts.write_cache_bytes() / 3
     }
 
     /// Seals the open block and starts a new memtable (under the writer lock).
@@ -1072,13 +1089,27 @@ impl Inner {
         Ok(())
     }
 
+    /// Re-divides the memory budget after the index or garbage map changed size: the
+    /// index cache gets priority (up to 3/4 of what is left, as much as the runs' data
+    /// blocks need), data blocks get the rest.
+    pub(crate) fn rebalance_caches(&self) {
+        let v = self.version.read().clone();
+        let pinned: u64 = v.runs.iter().map(|r| r.memory_bytes() as u64).sum::<u64>()
+            + self.garbage.lock().memory_bytes() as u64;
+        let total = self.opts.cache_bytes(pinned);
+        let index_need: u64 = v.runs.iter().map(|r| r.file_size).sum();
+        let index = index_need.min(total * 3 / 4).max(total / 8);
+        self.index_cache.set_capacity(index as usize);
+        self.data_cache.set_capacity((total - index) as usize);
+    }
+
     /// Slows writers down when flushes or GC fall behind (smoothly, not by stopping).
     fn throttle(&self) -> Result<()> {
         let started = Instant::now();
         let mut slept = false;
         loop {
             let pending = self.version.read().imm.len();
-            if pending < 3 {
+            if pending < 2 {
                 break;
             }
             if let Some(e) = self.flush_error.lock().clone() {
@@ -1201,36 +1232,33 @@ impl Inner {
         e: &IndexEntry,
         pinned: Option<&SegmentMap>,
     ) -> Result<Option<Vec<u8>>> {
-        let seg = pinned
-            .and_then(|m| m.get(&e.loc.seg).cloned())
-            .or_else(|| self.segments.read().get(&e.loc.seg).cloned());
-        let Some(seg) = seg else { return Ok(None) };
-        let payload = self.block_payload(&seg, e.loc, Some((coll, key, e.seqno)))?;
-        let payload = match payload {
-            BlockPayload::Value(v) => return Ok(Some(v)),
-            BlockPayload::Raw(p) => p,
+        let Some(seg) = self.segment(e.loc.seg, pinned) else {
+            return Ok(None);
         };
-        for item in RecordIter::new(&payload) {
-            let (_, r) = item.map_err(|at| {
-                Error::corruption(
-                    seg.file.path(),
-                    e.loc.off,
-                    format!("record at payload offset {at} malformed"),
-                )
-            })?;
-            if r.seqno == e.seqno && r.coll == coll && r.key == key {
-                return Ok(Some(r.value.to_vec()));
+        match self.block_payload(&seg, e.loc, Some((coll, key, e.seqno)))? {
+            BlockPayload::Value(v) => Ok(Some(v)),
+            BlockPayload::Raw(p) => {
+                find_record(&p, coll, key, e.seqno, seg.file.path(), e.loc.off).map(Some)
             }
         }
-        Err(Error::corruption(
-            seg.file.path(),
-            e.loc.off,
-            format!(
-                "index entry for key {:?} seqno {} not found in its block",
-                String::from_utf8_lossy(key),
-                e.seqno
-            ),
-        ))
+    }
+
+    /// A live segment, from a snapshot's pinned map first.
+    pub(crate) fn segment(&self, id: SegId, pinned: Option<&SegmentMap>) -> Option<Arc<Segment>> {
+        pinned
+            .and_then(|m| m.get(&id).cloned())
+            .or_else(|| self.segments.read().get(&id).cloned())
+    }
+
+    /// On-disk length of the block at `loc` if it is sealed and fully written to the
+    /// file; `None` if it is still the open block or only in the write buffer.
+    fn readable_len(&self, seg: &Segment, loc: Location) -> Option<u32> {
+        let len = if loc.len > 0 {
+            loc.len
+        } else {
+            seg.block_at(loc.off)?.len
+        };
+        (loc.off + len as u64 <= seg.written_end.load(Ordering::SeqCst)).then_some(len)
     }
 
     /// The uncompressed payload of the block at `loc` (from cache, the writer's memory,
@@ -1245,46 +1273,196 @@ impl Inner {
         if let Some(p) = self.data_cache.get(&(seg.id, loc.off)) {
             return Ok(BlockPayload::Raw(p));
         }
-        let len = if loc.len > 0 {
-            loc.len
-        } else if let Some(b) = seg.block_at(loc.off) {
-            b.len
-        } else {
-            let w = self.writer.lock();
-            if let Some((coll, key, seqno)) = want {
-                if w.seg.id == seg.id {
+        let len = match self.readable_len(seg, loc) {
+            Some(len) => len,
+            None => {
+                let mut w = self.writer.lock();
+                if let (Some((coll, key, seqno)), true) = (want, w.seg.id == seg.id) {
                     if let Some(v) = w.read_open(loc.off, coll, key, seqno) {
                         return Ok(BlockPayload::Value(v));
                     }
                 }
-            }
-            drop(w);
-            match seg.block_at(loc.off) {
-                Some(b) => b.len,
-                None => {
+                let Some(b) = seg.block_at(loc.off) else {
                     return Err(Error::corruption(
                         seg.file.path(),
                         loc.off,
                         "index points to a block that does not exist",
-                    ))
+                    ));
+                };
+                // Sealed but still in the write buffer: write it out, then read it.
+                if w.seg.id == seg.id
+                    && loc.off + b.len as u64 > seg.written_end.load(Ordering::SeqCst)
+                {
+                    w.write_buf()?;
                 }
+                b.len
             }
         };
-        if loc.off + len as u64 > seg.written_end.load(Ordering::SeqCst) {
-            let mut w = self.writer.lock();
-            if w.seg.id == seg.id && loc.off + len as u64 > seg.written_end.load(Ordering::SeqCst) {
-                w.write_buf()?;
+        let mut out = self.read_blocks(&[(seg, loc.off, len)])?;
+        Ok(BlockPayload::Raw(out.pop().expect("one block read")))
+    }
+
+    /// Reads, verifies and caches several blocks: one io_uring submission for all of
+    /// them (or one `pread` each with the psync backend).
+    pub(crate) fn read_blocks(
+        &self,
+        blocks: &[(&Arc<Segment>, u64, u32)],
+    ) -> Result<Vec<Arc<Vec<u8>>>> {
+        use crate::codec::{align_down, align_up};
+        let page = crate::aligned::PAGE as u64;
+        let mut reqs: Vec<crate::uring::ReadReq<'_>> = blocks
+            .iter()
+            .map(|(seg, off, len)| {
+                let start = align_down(*off, page);
+                let end = align_up(off + *len as u64, page);
+                crate::uring::ReadReq {
+                    file: &seg.file,
+                    off: start,
+                    buf: crate::aligned::AlignedBuf::zeroed((end - start) as usize),
+                    done: 0,
+                }
+            })
+            .collect();
+        match self.io_backend {
+            IoBackend::IoUring => crate::uring::read_batch(&mut reqs, &self.stats.queue_depth)?,
+            IoBackend::Psync => {
+                for r in reqs.iter_mut() {
+                    r.done = r.file.read_full(&mut r.buf, r.off)?;
+                }
             }
         }
-        let (buf, skip) = seg.file.read_range(loc.off, len as usize)?;
-        self.stats.device_reads.fetch_add(1, Ordering::Relaxed);
-        let (_, raw) =
-            crate::block::decode(&buf[skip..skip + len as usize], seg.file.path(), loc.off)?;
-        let raw = Arc::new(raw);
-        self.data_cache
-            .insert((seg.id, loc.off), raw.clone(), raw.len());
-        Ok(BlockPayload::Raw(raw))
+        let mut out = Vec::with_capacity(blocks.len());
+        for (r, (seg, off, len)) in reqs.iter().zip(blocks) {
+            self.stats.device_reads.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .get_bytes_read
+                .fetch_add(r.done as u64, Ordering::Relaxed);
+            let skip = (off - r.off) as usize;
+            let end = skip + *len as usize;
+            if r.done < end {
+                return Err(Error::corruption(
+                    seg.file.path(),
+                    *off,
+                    format!(
+                        "short read: block needs {len} bytes, file has {}",
+                        r.done.saturating_sub(skip)
+                    ),
+                ));
+            }
+            let (_, raw) = crate::block::decode(&r.buf[skip..end], seg.file.path(), *off)?;
+            let raw = Arc::new(raw);
+            self.data_cache
+                .insert((seg.id, *off), raw.clone(), raw.len());
+            out.push(raw);
+        }
+        Ok(out)
     }
+
+    /// Batched point reads: resolves every key through the index, then reads all the
+    /// blocks not in the cache with one submission. Keys in the same block share one
+    /// read. Results are in the order of `keys`.
+    pub(crate) fn multi_get(
+        &self,
+        coll: CollId,
+        keys: &[&[u8]],
+        snap: Seqno,
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        let v = self.version.read().clone();
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
+        // (key index, entry, segment) of keys whose block must be read from the device.
+        type Wanted = (Arc<Segment>, u32, Vec<(usize, IndexEntry)>);
+        let mut wanted: BTreeMap<(SegId, u64), Wanted> =
+            BTreeMap::new();
+        let mut slow: Vec<usize> = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let Some(e) = self.lookup(&v, coll, key, snap)? else {
+                continue;
+            };
+            if e.is_tombstone() {
+                continue;
+            }
+            let Some(seg) = self.segment(e.loc.seg, None) else {
+                slow.push(i);
+                continue;
+            };
+            if let Some(p) = self.data_cache.get(&(seg.id, e.loc.off)) {
+                out[i] = Some(find_record(
+                    &p,
+                    coll,
+                    key,
+                    e.seqno,
+                    seg.file.path(),
+                    e.loc.off,
+                )?);
+                continue;
+            }
+            match self.readable_len(&seg, e.loc) {
+                Some(len) => wanted
+                    .entry((seg.id, e.loc.off))
+                    .or_insert_with(|| (seg.clone(), len, Vec::new()))
+                    .2
+                    .push((i, e)),
+                None => slow.push(i),
+            }
+        }
+        self.stats
+            .gets
+            .fetch_add((keys.len() - slow.len()) as u64, Ordering::Relaxed);
+        self.stats.multi_get_batches.fetch_add(1, Ordering::Relaxed);
+        let reads: Vec<(&Arc<Segment>, u64, u32)> = wanted
+            .iter()
+            .map(|((_, off), (seg, len, _))| (seg, *off, *len))
+            .collect();
+        let payloads = self.read_blocks(&reads)?;
+        for (p, ((_, off), (seg, _, items))) in payloads.iter().zip(&wanted) {
+            for (i, e) in items {
+                out[*i] = Some(find_record(
+                    p,
+                    coll,
+                    keys[*i],
+                    e.seqno,
+                    seg.file.path(),
+                    *off,
+                )?);
+            }
+        }
+        // Recent writes still in memory, or a segment retired meanwhile: one by one.
+        for i in slow {
+            out[i] = self.get_at(coll, keys[i], snap, None)?;
+        }
+        Ok(out)
+    }
+}
+
+/// Finds the record (coll, key, seqno) in a block payload and returns its value.
+pub(crate) fn find_record(
+    payload: &[u8],
+    coll: CollId,
+    key: &[u8],
+    seqno: Seqno,
+    file: &Path,
+    off: u64,
+) -> Result<Vec<u8>> {
+    for item in RecordIter::new(payload) {
+        let (_, r) = item.map_err(|at| {
+            Error::corruption(
+                file,
+                off,
+                format!("record at payload offset {at} malformed"),
+            )
+        })?;
+        if r.seqno == seqno && r.coll == coll && r.key == key {
+            return Ok(r.value.to_vec());
+        }
+    }
+    Err(Error::corruption(
+        file,
+        off,
+        format!(
+            "index entry for key {:?} seqno {seqno} not found in its block",
+            String::from_utf8_lossy(key)
+        ),
+    ))
 }
 
 pub(crate) enum BlockPayload {

@@ -81,6 +81,16 @@ pub fn write_checkpoint(inner: &Inner, meta: &MetaState) -> Result<()> {
     checkpoint::write(&inner.dir, &c, &inner.counters)
 }
 
+/// Whether any memtable other than `skip` holds a version of the key. A tombstone
+/// must not be dropped while one does: it may be a GC copy of an older version that
+/// the tombstone still has to shadow. Called under the flush lock, which GC also holds
+/// while it inserts copies, so no copy can slip in after the check.
+fn in_other_memtables(v: &Version, skip: Option<u64>, coll: CollId, key: &[u8]) -> bool {
+    v.memtables()
+        .filter(|m| Some(m.id) != skip)
+        .any(|m| m.get(coll, key, u64::MAX).is_some())
+}
+
 /// Resolves block lengths still unknown in a memtable entry (its block was sealed
 /// after the entry was inserted).
 fn resolve(inner: &Inner, e: &mut IndexEntry) -> Result<()> {
@@ -150,7 +160,10 @@ pub fn flush_one(inner: &Arc<Inner>) -> Result<bool> {
                 dead.push(dead_of(e));
             }
         }
-        if dropped.contains(&coll) || (best.is_tombstone() && no_older_data) {
+        let drop_tombstone = best.is_tombstone()
+            && no_older_data
+            && !in_other_memtables(&inner.version.read(), Some(mt.id), coll, key);
+        if dropped.contains(&coll) || drop_tombstone {
             if best.is_tombstone() {
                 purged = purged.max(best.seqno);
             }
@@ -192,6 +205,7 @@ pub fn flush_one(inner: &Arc<Inner>) -> Result<bool> {
     }
     inner.stats.flushes.fetch_add(1, Ordering::Relaxed);
     maybe_merge(inner, false)?;
+    inner.rebalance_caches();
     Ok(true)
 }
 
@@ -269,7 +283,10 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<()> {
         }
         let best = best.expect("min key came from a cursor");
         dead.extend(losers.iter().map(dead_of));
-        if dropped.contains(&coll) || (bottom && best.is_tombstone()) {
+        let drop_tombstone = bottom
+            && best.is_tombstone()
+            && !in_other_memtables(&inner.version.read(), None, coll, &key);
+        if dropped.contains(&coll) || drop_tombstone {
             if best.is_tombstone() {
                 purged = purged.max(best.seqno);
             }

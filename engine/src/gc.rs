@@ -180,12 +180,28 @@ pub fn gc_once(inner: &Arc<Inner>, force: bool) -> Result<bool> {
             }
         };
         if keep {
-            live_bytes += (r.key.len() + r.value.len()) as u64;
-            live.push(r);
+            live.push((off, r));
         }
         Ok(())
     })?;
+    // Merges may have found more of the victim's records dead while we were reading,
+    // and a merge that drops a tombstone must not run between this check and the
+    // copies entering the memtable (a copy of an older version would outlive its
+    // tombstone). Merges run under the flush lock, so hold it from here on.
+    let flush_guard = inner.flush_lock.lock();
+    let live: Vec<OwnedRecord> = {
+        let g = inner.garbage.lock();
+        live.into_iter()
+            .filter(|(off, r)| !g.is_dead(victim.id, *off, r.seqno))
+            .map(|(_, r)| r)
+            .collect()
+    };
+    let mut live = live;
     live.sort_by_key(|r| r.seqno);
+    live_bytes += live
+        .iter()
+        .map(|r| (r.key.len() + r.value.len()) as u64)
+        .sum::<u64>();
     // Copy in chunks of about 1 MiB so memtables rotate normally.
     let mut start = 0;
     while start < live.len() {
@@ -198,10 +214,12 @@ pub fn gc_once(inner: &Arc<Inner>, force: bool) -> Result<bool> {
         inner.commit(CommitOps::Reloc(&live[start..end]))?;
         start = end;
     }
+    drop(flush_guard);
     let target = inner.commit_no.load(Ordering::SeqCst);
     inner.sync_upto(target)?;
     retire(inner, victim.id)?;
     inner.stats.gc_runs.fetch_add(1, Ordering::Relaxed);
+    inner.rebalance_caches();
     inner
         .stats
         .gc_bytes_moved

@@ -96,6 +96,20 @@ impl DataFile {
         &self.path
     }
 
+    /// The raw descriptor (for io_uring submissions).
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.file.as_raw_fd()
+    }
+
+    /// Counts a read done outside `read_full` (io_uring completions).
+    pub fn account_read(&self, bytes: usize) {
+        self.counters
+            .bytes_read
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Current file length.
     pub fn len(&self) -> Result<u64> {
         Ok(self

@@ -44,6 +44,7 @@ mod segment;
 mod segments;
 mod snapshot;
 mod stats;
+mod uring;
 
 pub use batch::{BatchOp, WriteBatch};
 pub use catalog::MAX_COLLECTION_NAME;
@@ -52,7 +53,7 @@ pub use check::{check, CheckReport};
 pub use db::{Collection, Db, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use error::{Error, Result};
 pub use io::IoMode;
-pub use options::{Compression, Durability, Options};
+pub use options::{Compression, Durability, IoBackend, Options};
 pub use record::{CollId, Seqno};
 pub use snapshot::{Direction, ScanIter, Snapshot};
 pub use stats::{SegmentStats, Stats};

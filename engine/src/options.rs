@@ -29,6 +29,35 @@ impl Compression {
     }
 }
 
+/// How log blocks are read from the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IoBackend {
+    /// io_uring with one ring per thread; `multi_get` and scans submit whole batches
+    /// (default; falls back to `Psync` with a warning where the kernel refuses rings).
+    IoUring,
+    /// `pread`, one blocking read at a time.
+    Psync,
+}
+
+impl IoBackend {
+    /// Parses `io_uring` or `psync`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "io_uring" | "iouring" | "uring" => Some(Self::IoUring),
+            "psync" | "pread" => Some(Self::Psync),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::IoUring => "io_uring",
+            Self::Psync => "psync",
+        }
+    }
+}
+
 /// When an acknowledged write is durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Durability {
@@ -59,6 +88,8 @@ pub struct Options {
     pub memory_budget: u64,
     /// Use O_DIRECT for segment and index files (falls back to buffered IO where refused).
     pub direct_io: bool,
+    /// Read backend for log blocks.
+    pub io_backend: IoBackend,
     /// Run garbage collection in a background thread.
     pub background_gc: bool,
     /// Create the data directory when missing.
@@ -75,6 +106,7 @@ impl Default for Options {
             target_fill_pct: 60,
             memory_budget: 256 << 20,
             direct_io: true,
+            io_backend: IoBackend::IoUring,
             background_gc: true,
             create_if_missing: true,
         }
@@ -119,13 +151,14 @@ impl Options {
 
     /// Bytes of the memory budget given to the write cache (memtables).
     pub(crate) fn write_cache_bytes(&self) -> u64 {
-        (self.memory_budget / 4).clamp(4 << 20, 256 << 20)
+        (self.memory_budget / 4).clamp(2 << 20, 256 << 20)
     }
 
-    /// Bytes of the memory budget given to the block and index caches.
-    pub(crate) fn cache_bytes(&self) -> u64 {
+    /// Bytes left for the block and index caches once the write cache and `pinned`
+    /// bytes (bloom filters, run block indexes, garbage map) are taken out; at least 1 MiB.
+    pub(crate) fn cache_bytes(&self, pinned: u64) -> u64 {
         self.memory_budget
-            .saturating_sub(2 * self.write_cache_bytes())
-            .max(2 << 20)
+            .saturating_sub(self.write_cache_bytes() + pinned)
+            .max(1 << 20)
     }
 }

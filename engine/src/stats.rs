@@ -21,6 +21,10 @@ pub struct StatCounters {
     pub gc_bytes_moved: AtomicU64,
     pub gc_bytes_reclaimed: AtomicU64,
     pub stall_micros: AtomicU64,
+    /// Bytes read from the device for point reads (gets and multi-gets).
+    pub get_bytes_read: AtomicU64,
+    pub multi_get_batches: AtomicU64,
+    pub queue_depth: crate::uring::QueueDepthHistogram,
 }
 
 /// One segment's space accounting.
@@ -39,6 +43,7 @@ pub struct SegmentStats {
 pub struct Stats {
     /// `direct` or `buffered`.
     pub io_mode: IoMode,
+    /// `io_uring` or `psync` (the backend in use, after any fallback).
     pub io_backend: &'static str,
     pub compression: String,
     pub target_fill_pct: u8,
@@ -79,6 +84,9 @@ pub struct Stats {
     pub gc_runs: u64,
     pub gc_bytes_moved: u64,
     pub gc_bytes_reclaimed: u64,
+    /// Current budgets of the block and index caches (rebalanced as the index grows).
+    pub block_cache_capacity: u64,
+    pub index_cache_capacity: u64,
     pub block_cache_hits: u64,
     pub block_cache_misses: u64,
     pub index_cache_hits: u64,
@@ -89,6 +97,13 @@ pub struct Stats {
     pub memory_budget: u64,
     /// Device reads per get (reads of log blocks, not cache hits).
     pub device_reads_per_get: f64,
+    /// Device bytes read per get.
+    pub bytes_read_per_get: f64,
+    pub block_cache_hit_rate: f64,
+    pub index_cache_hit_rate: f64,
+    pub multi_get_batches: u64,
+    /// Reads in flight per io_uring submission: (bucket, submissions).
+    pub io_queue_depth: Vec<(&'static str, u64)>,
     pub write_stall_micros: u64,
 }
 
@@ -162,7 +177,7 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
     let meta = inner.meta.lock();
     Stats {
         io_mode: inner.io_mode,
-        io_backend: "psync",
+        io_backend: inner.io_backend.name(),
         compression: format!("{:?}", inner.opts.compression).to_lowercase(),
         target_fill_pct: inner.opts.target_fill_pct,
         last_seqno: inner.visible_seqno.load(Ordering::SeqCst),
@@ -193,6 +208,8 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         gc_runs: s.gc_runs.load(Ordering::Relaxed),
         gc_bytes_moved: s.gc_bytes_moved.load(Ordering::Relaxed),
         gc_bytes_reclaimed: s.gc_bytes_reclaimed.load(Ordering::Relaxed),
+        block_cache_capacity: inner.data_cache.capacity() as u64,
+        index_cache_capacity: inner.index_cache.capacity() as u64,
         block_cache_hits: inner.data_cache.hits.load(Ordering::Relaxed),
         block_cache_misses: inner.data_cache.misses.load(Ordering::Relaxed),
         index_cache_hits: inner.index_cache.hits.load(Ordering::Relaxed),
@@ -200,6 +217,23 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         memory_bytes: memory,
         memory_budget: inner.opts.memory_budget,
         device_reads_per_get: ratio(dreads, gets),
+        bytes_read_per_get: ratio(s.get_bytes_read.load(Ordering::Relaxed), gets),
+        block_cache_hit_rate: {
+            let (h, m) = (
+                inner.data_cache.hits.load(Ordering::Relaxed),
+                inner.data_cache.misses.load(Ordering::Relaxed),
+            );
+            ratio(h, h + m)
+        },
+        index_cache_hit_rate: {
+            let (h, m) = (
+                inner.index_cache.hits.load(Ordering::Relaxed),
+                inner.index_cache.misses.load(Ordering::Relaxed),
+            );
+            ratio(h, h + m)
+        },
+        multi_get_batches: s.multi_get_batches.load(Ordering::Relaxed),
+        io_queue_depth: s.queue_depth.snapshot(),
         write_stall_micros: s.stall_micros.load(Ordering::Relaxed),
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! Cycles: 300 by default, `BASALT_CRASH_CYCLES` to change (e.g. under `make bench`).
 
-use basalt_engine::{Db, Durability, Options, WriteBatch};
+use basalt_engine::{Db, Durability, IoBackend, Options, WriteBatch};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -15,8 +15,16 @@ use std::time::{Duration, Instant};
 const COLLS: [&str; 2] = ["x", "y"];
 const KEYS: u64 = 300;
 
+fn backend() -> IoBackend {
+    match std::env::var("BASALT_CRASH_BACKEND").as_deref() {
+        Ok("psync") => IoBackend::Psync,
+        _ => IoBackend::IoUring,
+    }
+}
+
 fn opts() -> Options {
     Options {
+        io_backend: backend(),
         segment_size: 256 << 10,
         block_size: 4096,
         memory_budget: 8 << 20,
@@ -103,6 +111,31 @@ fn crash_child_entry() {
 
 type Model = BTreeMap<(usize, Vec<u8>), Vec<u8>>;
 
+/// The first few differences between what the engine holds and the model.
+fn diff(got: &Model, want: &Model) -> String {
+    let mut out = Vec::new();
+    for (k, v) in want {
+        match got.get(k) {
+            None => out.push(format!(
+                "missing {:?}",
+                (k.0, String::from_utf8_lossy(&k.1))
+            )),
+            Some(g) if g != v => out.push(format!(
+                "{:?}: has {:?}, want {:?}",
+                (k.0, String::from_utf8_lossy(&k.1)),
+                String::from_utf8_lossy(&g[..g.len().min(12)]),
+                String::from_utf8_lossy(&v[..v.len().min(12)])
+            )),
+            _ => {}
+        }
+    }
+    for k in got.keys().filter(|k| !want.contains_key(*k)) {
+        out.push(format!("extra {:?}", (k.0, String::from_utf8_lossy(&k.1))));
+    }
+    out.truncate(8);
+    out.join("; ")
+}
+
 fn apply(model: &mut Model, id: u64) {
     for (c, k, v) in batch_ops(id) {
         match v {
@@ -132,7 +165,16 @@ fn read_all(db: &Db) -> Model {
 }
 
 #[test]
-fn kill_9_at_random_points_loses_no_acknowledged_write() {
+fn kill_9_at_random_points_loses_no_acknowledged_write_io_uring() {
+    crash_cycles("io_uring");
+}
+
+#[test]
+fn kill_9_at_random_points_loses_no_acknowledged_write_psync() {
+    crash_cycles("psync");
+}
+
+fn crash_cycles(backend_name: &str) {
     if std::env::var("BASALT_CRASH_CHILD_DIR").is_ok() {
         return;
     }
@@ -146,6 +188,7 @@ fn kill_9_at_random_points_loses_no_acknowledged_write() {
     let mut next_batch = 1u64;
     let mut rng = Rng(0xC0FFEE ^ std::process::id() as u64);
     let (mut in_flight_applied, mut in_flight_lost, mut total_acked) = (0, 0, 0);
+    let child_log = dir.path().join("child-stderr.log");
     for cycle in 0..cycles {
         let mut child = Command::new(&exe)
             .args([
@@ -156,8 +199,9 @@ fn kill_9_at_random_points_loses_no_acknowledged_write() {
             ])
             .env("BASALT_CRASH_CHILD_DIR", dir.path())
             .env("BASALT_CRASH_FIRST_BATCH", next_batch.to_string())
+            .env("BASALT_CRASH_BACKEND", backend_name)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&child_log).unwrap()))
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
@@ -176,7 +220,10 @@ fn kill_9_at_random_points_loses_no_acknowledged_write() {
             match rx.recv_timeout(Duration::from_secs(30)) {
                 Ok(l) if l.ends_with("READY") => break,
                 Ok(_) => {}
-                Err(_) => panic!("cycle {cycle}: child did not start (recovery failed?)"),
+                Err(_) => panic!(
+                    "cycle {cycle}: child did not start (recovery failed?): {}",
+                    std::fs::read_to_string(&child_log).unwrap_or_default()
+                ),
             }
             assert!(t0.elapsed() < Duration::from_secs(60));
         }
@@ -199,20 +246,29 @@ fn kill_9_at_random_points_loses_no_acknowledged_write() {
         }
         total_acked += acked.len();
         let in_flight = begun.iter().copied().find(|b| !acked.contains(b));
-        let db = Db::open(
-            dir.path(),
-            Options {
-                background_gc: false,
-                ..opts()
+        let reopen_opts = Options {
+            background_gc: false,
+            io_backend: if backend_name == "psync" {
+                IoBackend::Psync
+            } else {
+                IoBackend::IoUring
             },
-        )
-        .unwrap_or_else(|e| panic!("cycle {cycle}: reopen failed: {e}"));
+            ..opts()
+        };
+        let db = Db::open(dir.path(), reopen_opts)
+            .unwrap_or_else(|e| panic!("cycle {cycle}: reopen failed: {e}"));
         let got = read_all(&db);
         if got != model {
-            let id = in_flight.unwrap_or_else(|| panic!("cycle {cycle}: state differs from acknowledged writes and nothing was in flight"));
+            let id = in_flight.unwrap_or_else(|| {
+                panic!("cycle {cycle}: state differs from acknowledged writes and nothing was in flight: {}", diff(&got, &model))
+            });
             let mut with = model.clone();
             apply(&mut with, id);
-            assert!(got == with, "cycle {cycle}: batch {id} in flight is partially applied, or an acknowledged write was lost");
+            assert!(
+                got == with,
+                "cycle {cycle}: batch {id} in flight is partially applied, or an acknowledged write was lost: {}",
+                diff(&got, &with)
+            );
             model = with;
             in_flight_applied += 1;
         } else if in_flight.is_some() {
@@ -230,7 +286,7 @@ fn kill_9_at_random_points_loses_no_acknowledged_write() {
         }
     }
     println!(
-        "crash harness: {cycles} kill -9 cycles, {total_acked} acknowledged batches all present; \
+        "crash harness ({backend_name}): {cycles} kill -9 cycles, {total_acked} acknowledged batches all present; \
          in-flight batch applied {in_flight_applied}x, absent {in_flight_lost}x; {} live keys at the end",
         model.len()
     );

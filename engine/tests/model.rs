@@ -1,7 +1,7 @@
 //! Randomized model test: the engine against a `BTreeMap` model under puts, deletes,
 //! batches, scans, change-feed reads, snapshots, flushes, GC and close-and-reopen.
 
-use basalt_engine::{Db, Direction, Durability, Options, WriteBatch};
+use basalt_engine::{Db, Direction, Durability, IoBackend, Options, WriteBatch};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -16,6 +16,7 @@ enum Op {
     Delete(usize, u8),
     Batch(Vec<(usize, u8, Option<u16>)>),
     Get(usize, u8),
+    MultiGet(usize, Vec<u8>),
     Scan(usize, u8, u8, bool),
     Changes,
     TakeSnapshot,
@@ -32,6 +33,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => proptest::collection::vec((0..2usize, any::<u8>(), proptest::option::of(0..300u16)), 1..8)
             .prop_map(|v| Op::Batch(v.into_iter().map(|(c, k, x)| (c, k % 64, x)).collect())),
         4 => (0..2usize, any::<u8>()).prop_map(|(c, k)| Op::Get(c, k % 64)),
+        2 => (0..2usize, proptest::collection::vec(any::<u8>(), 0..40))
+            .prop_map(|(c, ks)| Op::MultiGet(c, ks.into_iter().map(|k| k % 80).collect())),
         2 => (0..2usize, any::<u8>(), any::<u8>(), any::<bool>()).prop_map(|(c, a, b, r)| Op::Scan(c, a % 64, b % 64, r)),
         1 => Just(Op::Changes),
         1 => Just(Op::TakeSnapshot),
@@ -59,8 +62,9 @@ fn value(k: u8, v: u16) -> Vec<u8> {
     out
 }
 
-fn opts() -> Options {
+fn opts(io_backend: IoBackend) -> Options {
     Options {
+        io_backend,
         segment_size: 64 << 10,
         block_size: 2048,
         memory_budget: 8 << 20,
@@ -71,9 +75,22 @@ fn opts() -> Options {
     }
 }
 
+/// Runs the operations once per read backend.
 fn run(ops: Vec<Op>) {
+    for backend in [IoBackend::IoUring, IoBackend::Psync] {
+        run_with(&ops, backend);
+    }
+}
+
+fn run_with(ops: &[Op], backend: IoBackend) {
+    let ops = ops.to_vec();
     let dir = tempfile::tempdir().unwrap();
-    let mut db = Db::open(dir.path(), opts()).unwrap();
+    let mut db = Db::open(dir.path(), opts(backend)).unwrap();
+    assert_eq!(
+        db.io_backend(),
+        backend,
+        "this machine should support {backend:?}"
+    );
     for c in COLLS {
         db.create_collection(c).unwrap();
     }
@@ -115,6 +132,16 @@ fn run(ops: Vec<Op>) {
                     model.get(&(c, key(k))).cloned(),
                     "get {c} {k}"
                 );
+            }
+            Op::MultiGet(c, ks) => {
+                let keys: Vec<Vec<u8>> = ks.iter().map(|k| key(*k)).collect();
+                let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+                let got = db.multi_get(COLLS[c], &refs).unwrap();
+                let want: Vec<_> = keys
+                    .iter()
+                    .map(|k| model.get(&(c, k.clone())).cloned())
+                    .collect();
+                assert_eq!(got, want, "multi_get {c} {ks:?}");
             }
             Op::Scan(c, a, b, rev) => {
                 let (lo, hi) = (key(a.min(b)), key(a.max(b)));
@@ -192,7 +219,7 @@ fn run(ops: Vec<Op>) {
             Op::Reopen => {
                 snap = None;
                 drop(db);
-                db = Db::open(dir.path(), opts()).unwrap();
+                db = Db::open(dir.path(), opts(backend)).unwrap();
             }
         }
     }

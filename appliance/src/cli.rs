@@ -221,7 +221,7 @@ pub struct ChangesArgs {
     )]
     pub token: Option<String>,
     /// Poll interval of --follow in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 500)]
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub poll_ms: u64,
 }
 

@@ -276,6 +276,11 @@ impl MountHandle {
         })
     }
 
+    /// True once the session has ended (unmounted from outside, or daemon stopped).
+    pub fn is_unmounted(&self) -> bool {
+        *self.shared.done.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Blocks until the filesystem is unmounted from outside (`fusermount3 -u`).
     pub fn wait(&self) {
         let mut done = self.shared.done.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,6 +1,11 @@
 //! Development mount for tests: `basalt-fusefs-dev mount --data DIR [--threads N]
 //! [--chunk-size BYTES] [--durability sync|nosync|MS] [-o OPTS] MOUNTPOINT`.
 //! Runs in the foreground until unmounted (fusermount3 -u, SIGTERM or SIGINT).
+//!
+//! `basalt-fusefs-dev churn --dir DIR --id N --ops M --seed S` runs a random mix of
+//! creates, writes, truncates, renames and unlinks of its own files spread over the
+//! shared subdirectories `d0`..`d3` of DIR (which must exist), then prints its model
+//! of the files it owns: `path<TAB>length<TAB>fnv1a` per line (concurrency tests).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,8 +29,10 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
-    if args.next().as_deref() != Some("mount") {
-        return usage();
+    match args.next().as_deref() {
+        Some("mount") => {}
+        Some("churn") => return churn(args),
+        _ => return usage(),
     }
     let mut data = None;
     let mut cfg = MountConfig {
@@ -86,33 +93,134 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
     }
     println!("mounted {}", handle.mountpoint().display());
-    let (tx, rx) = std::sync::mpsc::channel();
-    let waiter = std::sync::Arc::new(handle);
-    let w2 = waiter.clone();
-    std::thread::spawn(move || {
-        w2.wait();
-        let _ = tx.send(());
-    });
-    loop {
-        if rx
-            .recv_timeout(std::time::Duration::from_millis(100))
-            .is_ok()
-        {
-            // Unmounted from outside: destroy() already flushed and synced.
+    while !STOP.load(std::sync::atomic::Ordering::SeqCst) {
+        if handle.is_unmounted() {
+            // Unmounted from outside: the session already flushed and synced.
             return ExitCode::SUCCESS;
         }
-        if STOP.load(std::sync::atomic::Ordering::SeqCst) {
-            break;
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    match handle.unmount() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("basalt-fusefs-dev: {e}");
+            ExitCode::FAILURE
         }
     }
-    match std::sync::Arc::try_unwrap(waiter) {
-        Ok(h) => match h.unmount() {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("basalt-fusefs-dev: {e}");
-                ExitCode::FAILURE
-            }
-        },
-        Err(_) => ExitCode::SUCCESS,
+}
+
+/// xorshift64* pseudo-random numbers.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| (self.next() >> 32) as u8).collect()
+    }
+}
+
+fn fnv1a(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &x in b {
+        h ^= x as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+fn churn(mut args: impl Iterator<Item = String>) -> ExitCode {
+    use std::collections::BTreeMap;
+    use std::os::unix::fs::FileExt;
+    let (mut dir, mut id, mut ops, mut seed) = (None, 0u64, 1000u64, 1u64);
+    while let Some(a) = args.next() {
+        let v = args.next();
+        match (a.as_str(), v) {
+            ("--dir", Some(v)) => dir = Some(PathBuf::from(v)),
+            ("--id", Some(v)) => id = v.parse().unwrap_or(0),
+            ("--ops", Some(v)) => ops = v.parse().unwrap_or(1000),
+            ("--seed", Some(v)) => seed = v.parse().unwrap_or(1),
+            _ => return usage(),
+        }
+    }
+    let Some(dir) = dir else {
+        return usage();
+    };
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (id + 1));
+    let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut counter = 0u64;
+    let mut fresh = |rng: &mut Rng| {
+        counter += 1;
+        format!("d{}/w{id}_{counter}", rng.below(4))
+    };
+    let run = |model: &mut BTreeMap<String, Vec<u8>>,
+               rng: &mut Rng,
+               fresh: &mut dyn FnMut(&mut Rng) -> String|
+     -> std::io::Result<()> {
+        for _ in 0..ops {
+            let own: Vec<String> = model.keys().cloned().collect();
+            let pick = |rng: &mut Rng| own.get(rng.below(own.len() as u64) as usize).cloned();
+            match rng.below(10) {
+                0..=2 => {
+                    let p = fresh(rng);
+                    let len = rng.below(200_000) as usize;
+                    let data = rng.bytes(len);
+                    std::fs::write(dir.join(&p), &data)?;
+                    model.insert(p, data);
+                }
+                3..=4 => {
+                    if let Some(p) = pick(rng) {
+                        let off = rng.below(300_000) as usize;
+                        let n = rng.below(70_000) as usize;
+                        let data = rng.bytes(n);
+                        let f = std::fs::OpenOptions::new().write(true).open(dir.join(&p))?;
+                        f.write_all_at(&data, off as u64)?;
+                        let m = model.get_mut(&p).expect("own file");
+                        if m.len() < off + data.len() {
+                            m.resize(off + data.len(), 0);
+                        }
+                        m[off..off + data.len()].copy_from_slice(&data);
+                    }
+                }
+                5 => {
+                    if let Some(p) = pick(rng) {
+                        let len = rng.below(300_000) as usize;
+                        let f = std::fs::OpenOptions::new().write(true).open(dir.join(&p))?;
+                        f.set_len(len as u64)?;
+                        model.get_mut(&p).expect("own file").resize(len, 0);
+                    }
+                }
+                6..=7 => {
+                    if let Some(p) = pick(rng) {
+                        let q = fresh(rng);
+                        std::fs::rename(dir.join(&p), dir.join(&q))?;
+                        let d = model.remove(&p).expect("own file");
+                        model.insert(q, d);
+                    }
+                }
+                _ => {
+                    if let Some(p) = pick(rng) {
+                        std::fs::remove_file(dir.join(&p))?;
+                        model.remove(&p);
+                    }
+                }
+            }
+        }
+        Ok(())
+    };
+    if let Err(e) = run(&mut model, &mut rng, &mut fresh) {
+        eprintln!("churn {id}: {e}");
+        return ExitCode::FAILURE;
+    }
+    for (p, d) in &model {
+        println!("{p}\t{}\t{:016x}", d.len(), fnv1a(d));
+    }
+    ExitCode::SUCCESS
 }

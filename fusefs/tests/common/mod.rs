@@ -89,6 +89,18 @@ impl DevMount {
         assert!(!is_mounted(&self.mountpoint));
     }
 
+    /// Unmount from outside with `fusermount3 -u`; the daemon must flush and exit 0.
+    pub fn stop_external(mut self) {
+        let st = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.mountpoint)
+            .status()
+            .expect("run fusermount3");
+        assert!(st.success(), "fusermount3 -u failed: {st}");
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "dev mount exited with {st}");
+    }
+
     /// `kill -9` and clear the dead mount.
     pub fn kill(mut self) {
         let _ = self.child.kill();

@@ -7,12 +7,13 @@
 //! (see `Stats::purge_seqno`) may have been collected.
 
 use crate::db::{Inner, OwnedRecord};
+use crate::entry::Location;
 use crate::error::Result;
 use crate::record::{CollId, Kind, RecordIter, Seqno};
 use crate::segment::BlockInfo;
 use crate::segments::{Segment, SegmentMap};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -43,7 +44,11 @@ pub struct ChangeIter {
     heap: BinaryHeap<Reverse<(Seqno, usize)>>,
     last: Seqno,
     failed: bool,
+    prefetched: HashMap<usize, Arc<Vec<u8>>>,
 }
+
+/// Blocks read together when the feed needs a block that is not loaded yet.
+const PREFETCH: usize = 32;
 
 impl ChangeIter {
     pub(crate) fn new(inner: Arc<Inner>, coll: Option<CollId>, since: Seqno) -> Result<ChangeIter> {
@@ -66,6 +71,8 @@ impl ChangeIter {
                 }
             }
         }
+        // In seqno order, so that prefetching the next blocks in `srcs` reads ahead.
+        srcs.sort_by_key(|s| (s.info.min_seqno, s.seg.id, s.info.off));
         let heap = srcs
             .iter()
             .enumerate()
@@ -81,22 +88,61 @@ impl ChangeIter {
             heap,
             last: since,
             failed: false,
+            prefetched: HashMap::new(),
         })
     }
 
+    /// Reads block `i` and, in the same device submission, up to 31 following blocks
+    /// (in seqno order) that the feed will need next.
+    fn prefetch(&mut self, i: usize) -> Result<()> {
+        let mut batch = Vec::new();
+        for j in i..self.srcs.len().min(i + PREFETCH) {
+            let s = &self.srcs[j];
+            if s.recs.is_some() || self.prefetched.contains_key(&j) {
+                continue;
+            }
+            let loc = Location {
+                seg: s.seg.id,
+                off: s.info.off,
+                len: s.info.len,
+            };
+            if self.inner.readable_len(&s.seg, loc).is_some() {
+                batch.push(j);
+            }
+        }
+        let reads: Vec<(&Arc<Segment>, u64, u32)> = batch
+            .iter()
+            .map(|&j| {
+                (
+                    &self.srcs[j].seg,
+                    self.srcs[j].info.off,
+                    self.srcs[j].info.len,
+                )
+            })
+            .collect();
+        let payloads = self.inner.read_blocks(&reads)?;
+        self.prefetched.extend(batch.into_iter().zip(payloads));
+        Ok(())
+    }
+
     fn load(&mut self, i: usize) -> Result<()> {
+        if !self.prefetched.contains_key(&i) {
+            self.prefetch(i)?;
+        }
         let src = &self.srcs[i];
-        let payload = match self.inner.block_payload(
-            &src.seg,
-            crate::entry::Location {
-                seg: src.seg.id,
-                off: src.info.off,
-                len: src.info.len,
-            },
-            None,
-        )? {
-            crate::db::BlockPayload::Raw(p) => p,
-            crate::db::BlockPayload::Value(_) => unreachable!("no record requested"),
+        let payload = match self.prefetched.remove(&i) {
+            Some(p) => p,
+            None => {
+                let loc = Location {
+                    seg: src.seg.id,
+                    off: src.info.off,
+                    len: src.info.len,
+                };
+                match self.inner.block_payload(&src.seg, loc, None)? {
+                    crate::db::BlockPayload::Raw(p) => p,
+                    crate::db::BlockPayload::Value(_) => unreachable!("no record requested"),
+                }
+            }
         };
         let garbage = self.inner.garbage.lock();
         let catalog = self.inner.catalog.read();

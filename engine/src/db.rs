@@ -1252,7 +1252,7 @@ impl Inner {
 
     /// On-disk length of the block at `loc` if it is sealed and fully written to the
     /// file; `None` if it is still the open block or only in the write buffer.
-    fn readable_len(&self, seg: &Segment, loc: Location) -> Option<u32> {
+    pub(crate) fn readable_len(&self, seg: &Segment, loc: Location) -> Option<u32> {
         let len = if loc.len > 0 {
             loc.len
         } else {
@@ -1368,21 +1368,45 @@ impl Inner {
         snap: Seqno,
     ) -> Result<Vec<Option<Vec<u8>>>> {
         let v = self.version.read().clone();
-        let mut out: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
-        // (key index, entry, segment) of keys whose block must be read from the device.
-        type Wanted = (Arc<Segment>, u32, Vec<(usize, IndexEntry)>);
-        let mut wanted: BTreeMap<(SegId, u64), Wanted> =
-            BTreeMap::new();
-        let mut slow: Vec<usize> = Vec::new();
+        let mut found: Vec<(usize, &[u8], IndexEntry)> = Vec::new();
         for (i, key) in keys.iter().enumerate() {
-            let Some(e) = self.lookup(&v, coll, key, snap)? else {
-                continue;
-            };
-            if e.is_tombstone() {
-                continue;
+            if let Some(e) = self.lookup(&v, coll, key, snap)? {
+                if !e.is_tombstone() {
+                    found.push((i, key, e));
+                }
             }
-            let Some(seg) = self.segment(e.loc.seg, None) else {
-                slow.push(i);
+        }
+        self.stats
+            .gets
+            .fetch_add(keys.len() as u64, Ordering::Relaxed);
+        self.stats.multi_get_batches.fetch_add(1, Ordering::Relaxed);
+        let items: Vec<(&[u8], IndexEntry)> = found.iter().map(|(_, k, e)| (*k, *e)).collect();
+        let values = self.read_values(coll, &items, None)?;
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
+        for ((i, key, _), value) in found.iter().zip(values) {
+            out[*i] = match value {
+                Some(v) => Some(v),
+                // The segment was retired by GC meanwhile: look the key up again.
+                None => self.get_at(coll, key, snap, None)?,
+            };
+        }
+        Ok(out)
+    }
+
+    /// Values of many index entries: cached blocks first, then every remaining block
+    /// that is on disk in one batch; records still in the writer's memory one by one.
+    /// `None` for an entry whose segment no longer exists (retired by GC).
+    pub(crate) fn read_values(
+        &self,
+        coll: CollId,
+        items: &[(&[u8], IndexEntry)],
+        pinned: Option<&SegmentMap>,
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        type Wanted = (Arc<Segment>, u32, Vec<usize>);
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; items.len()];
+        let mut wanted: BTreeMap<(SegId, u64), Wanted> = BTreeMap::new();
+        for (i, (key, e)) in items.iter().enumerate() {
+            let Some(seg) = self.segment(e.loc.seg, pinned) else {
                 continue;
             };
             if let Some(p) = self.data_cache.get(&(seg.id, e.loc.off)) {
@@ -1401,34 +1425,20 @@ impl Inner {
                     .entry((seg.id, e.loc.off))
                     .or_insert_with(|| (seg.clone(), len, Vec::new()))
                     .2
-                    .push((i, e)),
-                None => slow.push(i),
+                    .push(i),
+                None => out[i] = self.read_value(coll, key, e, pinned)?,
             }
         }
-        self.stats
-            .gets
-            .fetch_add((keys.len() - slow.len()) as u64, Ordering::Relaxed);
-        self.stats.multi_get_batches.fetch_add(1, Ordering::Relaxed);
         let reads: Vec<(&Arc<Segment>, u64, u32)> = wanted
             .iter()
             .map(|((_, off), (seg, len, _))| (seg, *off, *len))
             .collect();
         let payloads = self.read_blocks(&reads)?;
-        for (p, ((_, off), (seg, _, items))) in payloads.iter().zip(&wanted) {
-            for (i, e) in items {
-                out[*i] = Some(find_record(
-                    p,
-                    coll,
-                    keys[*i],
-                    e.seqno,
-                    seg.file.path(),
-                    *off,
-                )?);
+        for (p, ((_, off), (seg, _, idx))) in payloads.iter().zip(&wanted) {
+            for &i in idx {
+                let (key, e) = &items[i];
+                out[i] = Some(find_record(p, coll, key, e.seqno, seg.file.path(), *off)?);
             }
-        }
-        // Recent writes still in memory, or a segment retired meanwhile: one by one.
-        for i in slow {
-            out[i] = self.get_at(coll, keys[i], snap, None)?;
         }
         Ok(out)
     }

@@ -264,6 +264,8 @@ pub struct ScanIter {
     sources: Vec<Source>,
     started: bool,
     failed: bool,
+    ready: VecDeque<(Vec<u8>, Vec<u8>)>,
+    batch: usize,
 }
 
 impl ScanIter {
@@ -283,6 +285,8 @@ impl ScanIter {
             sources: Vec::new(),
             started: false,
             failed: false,
+            ready: VecDeque::new(),
+            batch: 8,
         }
     }
 
@@ -336,11 +340,44 @@ impl ScanIter {
         )
     }
 
+    /// Next (key, value): values are fetched for a batch of upcoming keys at a time
+    /// (8, doubling up to 64), so their block reads go to the device together.
     fn next_entry(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         if !self.started {
             self.started = true;
             self.start()?;
         }
+        if self.ready.is_empty() {
+            let mut batch = Vec::with_capacity(self.batch);
+            while batch.len() < self.batch {
+                match self.next_winner()? {
+                    Some(x) => batch.push(x),
+                    None => break,
+                }
+            }
+            self.batch = (self.batch * 2).min(64);
+            let items: Vec<(&[u8], IndexEntry)> =
+                batch.iter().map(|(k, e)| (k.as_slice(), *e)).collect();
+            let values = self
+                .snap
+                .inner
+                .read_values(self.coll, &items, Some(&self.snap.segs))?;
+            for ((key, e), v) in batch.into_iter().zip(values) {
+                let Some(v) = v else {
+                    return Err(Error::corruption(
+                        crate::segment::segment_path(&self.snap.inner.dir, e.loc.seg),
+                        e.loc.off,
+                        "scan found an index entry pointing to a segment that no longer exists",
+                    ));
+                };
+                self.ready.push_back((key, v));
+            }
+        }
+        Ok(self.ready.pop_front())
+    }
+
+    /// The next visible, in-range key and its winning index entry.
+    fn next_winner(&mut self) -> Result<Option<(Vec<u8>, IndexEntry)>> {
         loop {
             let mut best_key: Option<Vec<u8>> = None;
             for s in &self.sources {
@@ -381,20 +418,7 @@ impl ScanIter {
             if !inside || e.is_tombstone() {
                 continue;
             }
-            match self
-                .snap
-                .inner
-                .read_value(self.coll, &key, &e, Some(&self.snap.segs))?
-            {
-                Some(v) => return Ok(Some((key, v))),
-                None => {
-                    return Err(Error::corruption(
-                        crate::segment::segment_path(&self.snap.inner.dir, e.loc.seg),
-                        e.loc.off,
-                        "scan found an index entry pointing to a segment that no longer exists",
-                    ))
-                }
-            }
+            return Ok(Some((key, e)));
         }
     }
 }

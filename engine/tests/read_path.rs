@@ -39,22 +39,24 @@ fn multi_get_equals_get_for_random_batches_on_both_backends() {
         let db = Db::open(dir.path(), opts(backend)).unwrap();
         assert_eq!(db.io_backend(), backend);
         let c = db.create_collection("c").unwrap();
-        for k in 0..3000u64 {
+        for k in 0..40_000u64 {
             c.put(&k.to_be_bytes(), &value(k, 0)).unwrap();
         }
         db.flush().unwrap();
-        for k in (0..3000u64).step_by(7) {
+        for k in (0..40_000u64).step_by(7) {
             c.delete(&k.to_be_bytes()).unwrap();
         }
         // Some keys only in the write cache (memtable / open block), some overwritten.
-        for k in (0..3000u64).step_by(11) {
+        for k in (0..40_000u64).step_by(11) {
             c.put(&k.to_be_bytes(), &value(k, 1)).unwrap();
         }
         let mut rng = Rng(42);
         for batch in 0..60 {
             let n = 1 + (rng.next() % 64) as usize;
-            // Keys beyond 3000 are missing; duplicates are allowed.
-            let keys: Vec<[u8; 8]> = (0..n).map(|_| (rng.next() % 3300).to_be_bytes()).collect();
+            // Keys beyond 40000 are missing; duplicates are allowed.
+            let keys: Vec<[u8; 8]> = (0..n)
+                .map(|_| (rng.next() % 44_000).to_be_bytes())
+                .collect();
             let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
             let got = c.multi_get(&refs).unwrap();
             let want: Vec<_> = refs.iter().map(|k| c.get(k).unwrap()).collect();

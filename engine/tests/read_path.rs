@@ -99,7 +99,7 @@ fn memory_budget_holds_with_data_100x_larger() {
     let c = db.create_collection("c").unwrap();
     let val = vec![7u8; 1000];
     let mut max_mem = 0;
-    let n = (budget * 100 / 1000) as u64 + 1000;
+    let n = budget * 100 / 1000 + 1000;
     for k in 0..n {
         c.put(&k.to_be_bytes(), &val).unwrap();
         if k % 50_000 == 0 {

@@ -236,6 +236,9 @@ impl BasaltFs {
     }
 
     fn lookup_inner(&self, parent: u64, name: &OsStr) -> Result<FileAttr, Errno> {
+        if name.len() > 255 {
+            return Err(Errno(libc::ENAMETOOLONG));
+        }
         if let Some(v) = self.shared.virt(parent) {
             let child = match (v, name.to_str()) {
                 (Virtual::Dir, Some("stats.json")) => views::STATS_INO,

@@ -289,9 +289,11 @@ pub fn link_child(st: &mut State, parent: u64, name: OsString, ino: u64) {
     let is_dir = st.nodes.get(&ino).is_some_and(|n| n.is_dir());
     if let Some(n) = st.nodes.get_mut(&ino) {
         n.links.insert((parent, name.clone()));
-        if !is_dir {
-            n.nlink = n.links.len() as u32;
-        }
+        n.nlink = if is_dir {
+            2 + n.subdirs
+        } else {
+            n.links.len() as u32
+        };
     }
     if let Some(p) = st.nodes.get_mut(&parent) {
         p.children.insert(name, ino);

@@ -76,7 +76,11 @@ pub(crate) struct Inner {
     pub catalog: RwLock<Catalog>,
     pub garbage: Mutex<GarbageMap>,
     pub meta: Mutex<MetaState>,
+    /// Held while flushing a memtable (and by GC while it inserts copies).
     pub flush_lock: Mutex<()>,
+    /// Held for a whole merge (and by GC while it inserts copies): a merge that drops
+    /// tombstones must not overlap GC copies entering the memtable.
+    pub merge_lock: Mutex<()>,
     pub gc_lock: Mutex<()>,
     pub data_cache: Arc<DataCache>,
     pub index_cache: Arc<IndexCache>,
@@ -557,6 +561,7 @@ impl Db {
             }),
             next_mem_id: AtomicU64::new(mem_id),
             flush_lock: Mutex::new(()),
+            merge_lock: Mutex::new(()),
             gc_lock: Mutex::new(()),
             data_cache,
             index_cache,
@@ -592,6 +597,13 @@ impl Db {
                 .name("basalt-flush".into())
                 .spawn(move || crate::flush::flush_thread(&inner))
                 .expect("spawn flush thread"),
+        );
+        let inner = self.inner.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("basalt-merge".into())
+                .spawn(move || crate::flush::merge_thread(&inner))
+                .expect("spawn merge thread"),
         );
         if self.inner.opts.background_gc {
             let inner = self.inner.clone();
@@ -755,7 +767,8 @@ impl Db {
             let mut w = self.inner.writer.lock();
             self.inner.rotate_memtable(&mut w)?;
         }
-        crate::flush::flush_all(&self.inner)
+        crate::flush::flush_all(&self.inner)?;
+        crate::flush::merge_all(&self.inner)
     }
 
     // ---- reads ----

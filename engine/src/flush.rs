@@ -19,38 +19,80 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Background loop: flush rotated memtables, merge runs.
+/// Background loop: flush rotated memtables (merges run in their own thread, so a
+/// long merge never holds up a flush and the writers behind it).
 pub fn flush_thread(inner: &Arc<Inner>) {
+    background_loop(
+        inner,
+        "index flush",
+        |inner| flush_one(inner),
+        |inner| !inner.version.read().imm.is_empty(),
+    );
+}
+
+/// Background loop: merge index runs (and purge dropped collections).
+pub fn merge_thread(inner: &Arc<Inner>) {
+    background_loop(
+        inner,
+        "index merge",
+        |inner| {
+            let _m = inner.merge_lock.lock();
+            let full = inner.want_full_merge.swap(false, Ordering::SeqCst);
+            let did = maybe_merge(inner, full)?;
+            if did {
+                inner.rebalance_caches();
+            }
+            Ok(did)
+        },
+        |inner| {
+            inner.want_full_merge.load(Ordering::SeqCst)
+                || pick_merge(&inner.version.read().runs, false) >= 2
+        },
+    );
+}
+
+/// Runs `step` while `has_work`, sleeping on the background condition variable
+/// otherwise; errors are logged, recorded for writers, and retried with backoff.
+fn background_loop(
+    inner: &Arc<Inner>,
+    what: &str,
+    step: impl Fn(&Arc<Inner>) -> Result<bool>,
+    has_work: impl Fn(&Arc<Inner>) -> bool,
+) {
     let mut backoff = Duration::from_millis(10);
     while !inner.shutdown.load(Ordering::SeqCst) {
-        let has_work =
-            !inner.version.read().imm.is_empty() || inner.want_full_merge.load(Ordering::SeqCst);
-        if !has_work {
+        if !has_work(inner) {
             let mut g = inner.bg_mutex.lock();
             inner.bg_cond.wait_for(&mut g, Duration::from_millis(100));
             continue;
         }
-        let res = flush_one(inner).and_then(|_| {
-            if inner.want_full_merge.swap(false, Ordering::SeqCst) {
-                let _f = inner.flush_lock.lock();
-                maybe_merge(inner, true)?;
-            }
-            Ok(())
-        });
-        match res {
+        match step(inner) {
             Ok(_) => {
                 *inner.flush_error.lock() = None;
                 backoff = Duration::from_millis(10);
                 inner.bg_cond.notify_all();
             }
             Err(e) => {
-                tracing::error!("index flush failed (will retry): {e}");
+                tracing::error!("{what} failed (will retry): {e}");
                 *inner.flush_error.lock() = Some(e.to_string());
                 std::thread::sleep(backoff);
                 backoff = (backoff * 2).min(Duration::from_secs(2));
             }
         }
     }
+}
+
+/// Runs merges until the policy is satisfied (used by `Db::flush`, so that garbage
+/// discovered by merges is accounted when it returns).
+pub fn merge_all(inner: &Arc<Inner>) -> Result<()> {
+    let _m = inner.merge_lock.lock();
+    let full = inner.want_full_merge.swap(false, Ordering::SeqCst);
+    let mut first = true;
+    while maybe_merge(inner, full && first)? {
+        first = false;
+    }
+    inner.rebalance_caches();
+    Ok(())
 }
 
 /// Flushes every rotated memtable now (used by `Db::flush`).
@@ -204,13 +246,13 @@ pub fn flush_one(inner: &Arc<Inner>) -> Result<bool> {
         run.mark_obsolete();
     }
     inner.stats.flushes.fetch_add(1, Ordering::Relaxed);
-    maybe_merge(inner, false)?;
-    inner.rebalance_caches();
+    inner.bg_cond.notify_all();
     Ok(true)
 }
 
-/// Picks the newest runs to merge: a prefix whose total size reaches the next run's
-/// size (a binary-counter-like policy, ~log2 levels), or everything with `full`.
+/// Picks the newest runs to merge: the longest prefix whose total size reaches half
+/// the next run's size (~log2 levels, merged early so that superseded versions meet —
+/// that is when their garbage is found), at most 6 runs in all, or everything with `full`.
 fn pick_merge(runs: &[Arc<Run>], full: bool) -> usize {
     if full {
         return runs.len();
@@ -218,24 +260,25 @@ fn pick_merge(runs: &[Arc<Run>], full: bool) -> usize {
     let mut acc = 0u64;
     let mut k = 0;
     for (i, r) in runs.iter().enumerate() {
-        if i > 0 && acc < r.file_size {
+        if i > 0 && acc * 2 < r.file_size {
             break;
         }
         acc += r.file_size;
         k = i + 1;
     }
-    if runs.len() > 8 {
-        k = k.max(runs.len() - 6);
+    if runs.len() > 6 {
+        k = k.max(runs.len() - 4);
     }
     k
 }
 
 /// Merges runs when the policy says so (all of them with `full`, e.g. after a drop).
-pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<()> {
+/// Caller holds `merge_lock`. Returns whether a merge happened.
+pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
     let v = inner.version.read().clone();
     let k = pick_merge(&v.runs, full);
     if k < 2 && !(full && k == 1) {
-        return Ok(());
+        return Ok(false);
     }
     let inputs: Vec<Arc<Run>> = v.runs[..k].to_vec();
     let bottom = k == v.runs.len();
@@ -335,5 +378,5 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<()> {
         run.mark_obsolete();
     }
     inner.stats.merges.fetch_add(1, Ordering::Relaxed);
-    Ok(())
+    Ok(true)
 }

@@ -187,8 +187,8 @@ pub fn gc_once(inner: &Arc<Inner>, force: bool) -> Result<bool> {
     // Merges may have found more of the victim's records dead while we were reading,
     // and a merge that drops a tombstone must not run between this check and the
     // copies entering the memtable (a copy of an older version would outlive its
-    // tombstone). Merges run under the flush lock, so hold it from here on.
-    let flush_guard = inner.flush_lock.lock();
+    // tombstone). Flushes and merges run under these locks, so hold both from here on.
+    let flush_guard = (inner.flush_lock.lock(), inner.merge_lock.lock());
     let live: Vec<OwnedRecord> = {
         let g = inner.garbage.lock();
         live.into_iter()

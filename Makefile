@@ -15,6 +15,9 @@ BENCH_TARGETS :=
 .PHONY: all build run test bench deps fmt lint test-rust clean
 all: build
 
+# `make run` flags for `basalt up` (e.g. make run BASALT_UP_ARGS='--listen 0.0.0.0:8642').
+BASALT_UP_ARGS ?=
+
 include $(wildcard */make.mk)
 
 ## deps: install the Debian packages every part needs (only the missing ones)
@@ -24,6 +27,11 @@ deps:
 ## build: release build of the whole workspace
 build:
 	$(CARGO) build --release --workspace
+
+## run: build, then mount ./mnt over the data in ./basalt-data and serve the dashboard
+## on http://127.0.0.1:8642 (foreground; Ctrl-C unmounts cleanly and syncs)
+run: build
+	./target/release/basalt up $(BASALT_UP_ARGS)
 
 ## fmt: format all Rust code
 fmt:

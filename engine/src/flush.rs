@@ -22,12 +22,9 @@ use std::time::Duration;
 /// Background loop: flush rotated memtables (merges run in their own thread, so a
 /// long merge never holds up a flush and the writers behind it).
 pub fn flush_thread(inner: &Arc<Inner>) {
-    background_loop(
-        inner,
-        "index flush",
-        |inner| flush_one(inner),
-        |inner| !inner.version.read().imm.is_empty(),
-    );
+    background_loop(inner, "index flush", flush_one, |inner| {
+        !inner.version.read().imm.is_empty()
+    });
 }
 
 /// Background loop: merge index runs (and purge dropped collections).

@@ -11,6 +11,7 @@ pub mod alerts;
 pub mod cli;
 pub mod collect;
 pub mod config;
+pub mod engine_store;
 pub mod error;
 pub mod history;
 pub mod http;

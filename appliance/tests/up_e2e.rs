@@ -39,6 +39,8 @@ struct Service {
 }
 
 impl Service {
+    // The child is waited for by `stop`, by `Drop`, or right before the panic below.
+    #[allow(clippy::zombie_processes)]
     fn start(args: &[&str], ready_marker: &str) -> Service {
         let mut child = Command::new(BASALT)
             .args(args)
@@ -60,7 +62,8 @@ impl Service {
                     .unwrap()
                     .read_to_string(&mut err)
                     .unwrap();
-                panic!("basalt {args:?} exited before it was ready: {:?}\nstdout:\n{banner}\nstderr:\n{err}", child.wait());
+                let status = child.wait();
+                panic!("basalt {args:?} exited before it was ready: {status:?}\nstdout:\n{banner}\nstderr:\n{err}");
             }
             banner.push_str(&line);
             if line.contains(ready_marker) {

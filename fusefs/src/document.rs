@@ -10,7 +10,7 @@ use crate::layout::{self, InodeRecord, Kind, Manifest, Storage};
 use crate::FsError;
 
 /// Default chunk size (see `ARCHITECTURE.md` for the measurements behind it).
-pub const DEFAULT_CHUNK_SIZE: usize = 256 << 10;
+pub const DEFAULT_CHUNK_SIZE: usize = 64 << 10;
 
 /// Streams the whole content of a document, as a file on the mount shows it.
 pub struct DocumentReader {

@@ -58,8 +58,8 @@ pub struct MountHandle {
 
 fn parse_options(cfg: &MountConfig) -> Result<(FsOptions, Vec<MountOption>), FsError> {
     let mut o = FsOptions {
-        attr_ttl: Duration::from_secs(1),
-        entry_ttl: Duration::from_secs(1),
+        attr_ttl: Duration::from_secs(30),
+        entry_ttl: Duration::from_secs(30),
         writeback_cache: true,
         readdirplus: true,
         max_write: 1 << 20,

@@ -27,6 +27,9 @@ fn doc(db: &basalt_engine::Db, coll: &str, key: &str) -> Vec<u8> {
     v
 }
 
+/// Inside the third chunk of `big.bin`, across no chunk boundary.
+const PATCH_AT: usize = 2 * basalt_fusefs::DEFAULT_CHUNK_SIZE + 1000;
+
 #[test]
 fn mount_writes_are_engine_documents() {
     require_fuse!();
@@ -49,7 +52,7 @@ fn mount_writes_are_engine_documents() {
             .write(true)
             .open(c.join("big.bin"))
             .unwrap();
-        f.write_all_at(b"PATCH", 300_000).unwrap();
+        f.write_all_at(b"PATCH", PATCH_AT as u64).unwrap();
         drop(f);
         // Sparse file: a hole then four bytes.
         let mut f = std::fs::File::create(c.join("sparse")).unwrap();
@@ -77,7 +80,7 @@ fn mount_writes_are_engine_documents() {
         h.unmount().unwrap();
     }
     let mut big_patched = big.clone();
-    big_patched[300_000..300_005].copy_from_slice(b"PATCH");
+    big_patched[PATCH_AT..PATCH_AT + 5].copy_from_slice(b"PATCH");
     {
         let db = open_db(&data);
         assert_eq!(doc(&db, "users", "moved/small.txt"), small);

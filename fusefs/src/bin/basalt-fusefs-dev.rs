@@ -2,6 +2,10 @@
 //! [--chunk-size BYTES] [--durability sync|nosync|MS] [-o OPTS] MOUNTPOINT`.
 //! Runs in the foreground until unmounted (fusermount3 -u, SIGTERM or SIGINT).
 //!
+//! `basalt-fusefs-dev files --dir DIR [--count N] [--threads T] [--size BYTES]`
+//! creates, stats and deletes N files of SIZE bytes with T threads and prints the
+//! rate of each phase (`make bench-fusefs`).
+//!
 //! `basalt-fusefs-dev churn --dir DIR --id N --ops M --seed S` runs a random mix of
 //! creates, writes, truncates, renames and unlinks of its own files spread over the
 //! shared subdirectories `d0`..`d3` of DIR (which must exist), then prints its model
@@ -32,6 +36,7 @@ fn main() -> ExitCode {
     match args.next().as_deref() {
         Some("mount") => {}
         Some("churn") => return churn(args),
+        Some("files") => return files_bench(args),
         _ => return usage(),
     }
     let mut data = None;
@@ -223,4 +228,58 @@ fn churn(mut args: impl Iterator<Item = String>) -> ExitCode {
         println!("{p}\t{}\t{:016x}", d.len(), fnv1a(d));
     }
     ExitCode::SUCCESS
+}
+
+fn files_bench(mut args: impl Iterator<Item = String>) -> ExitCode {
+    let (mut dir, mut count, mut threads, mut size) = (None, 100_000usize, 8usize, 4096usize);
+    while let Some(a) = args.next() {
+        let v = args.next();
+        match (a.as_str(), v) {
+            ("--dir", Some(v)) => dir = Some(PathBuf::from(v)),
+            ("--count", Some(v)) => count = v.parse().unwrap_or(count),
+            ("--threads", Some(v)) => threads = v.parse().unwrap_or(threads).max(1),
+            ("--size", Some(v)) => size = v.parse().unwrap_or(size),
+            _ => return usage(),
+        }
+    }
+    let Some(dir) = dir else {
+        return usage();
+    };
+    let data = vec![0x5au8; size];
+    let per = count.div_ceil(threads);
+    for t in 0..threads {
+        if let Err(e) = std::fs::create_dir_all(dir.join(format!("t{t}"))) {
+            eprintln!("files: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let phase = |name: &str, op: &(dyn Fn(&std::path::Path) -> std::io::Result<()> + Sync)| {
+        let start = std::time::Instant::now();
+        let failed = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let (dir, failed) = (&dir, &failed);
+                s.spawn(move || {
+                    for i in 0..per {
+                        if let Err(e) = op(&dir.join(format!("t{t}/f{i}"))) {
+                            eprintln!("files {name}: {e}");
+                            failed.store(true, std::sync::atomic::Ordering::SeqCst);
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let secs = start.elapsed().as_secs_f64();
+        println!("{name}\t{:.0}\tfiles/s", (per * threads) as f64 / secs);
+        !failed.load(std::sync::atomic::Ordering::SeqCst)
+    };
+    let ok = phase("create", &|p| std::fs::write(p, &data))
+        && phase("stat", &|p| std::fs::metadata(p).map(|_| ()))
+        && phase("delete", &|p| std::fs::remove_file(p));
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }

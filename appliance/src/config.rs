@@ -119,6 +119,7 @@ pub struct EngineSection {
     pub segment_size_mib: SegmentMib,
     pub block_size_kib: BlockKib,
     pub direct_io: bool,
+    pub io_backend: IoBackendSetting,
     pub background_gc: bool,
 }
 
@@ -134,6 +135,7 @@ impl Default for EngineSection {
             segment_size_mib: SegmentMib(d.segment_size >> 20),
             block_size_kib: BlockKib(d.block_size >> 10),
             direct_io: d.direct_io,
+            io_backend: IoBackendSetting(d.io_backend),
             background_gc: d.background_gc,
         }
     }
@@ -156,9 +158,9 @@ impl EngineSection {
             target_fill_pct: self.target_fill_pct.0,
             memory_budget: self.memory_budget_mib.0 << 20,
             direct_io: self.direct_io,
+            io_backend: self.io_backend.0,
             background_gc: self.background_gc,
             create_if_missing: true,
-            ..basalt_engine::Options::default()
         }
     }
 }
@@ -226,6 +228,20 @@ impl TryFrom<String> for CompressionSetting {
                 "unknown compression {s:?} (use none, lz4, zstd or zstd:LEVEL)"
             )),
         }
+    }
+}
+
+/// `io_uring` or `psync`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(try_from = "String")]
+pub struct IoBackendSetting(pub basalt_engine::IoBackend);
+
+impl TryFrom<String> for IoBackendSetting {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        basalt_engine::IoBackend::parse(&s)
+            .map(IoBackendSetting)
+            .ok_or_else(|| format!("unknown io_backend {s:?} (use io_uring or psync)"))
     }
 }
 
@@ -358,12 +374,15 @@ mod tests {
     #[test]
     fn engine_options_follow_the_file() {
         let c = parse(
-            "[engine]\ncompression = \"zstd:5\"\ndurability = \"periodic\"\nsync_interval_ms = 50\nmemory_budget_mib = 64\n",
+            "[engine]\ncompression = \"zstd:5\"\ndurability = \"periodic\"\nsync_interval_ms = 50\nmemory_budget_mib = 64\nio_backend = \"psync\"\n",
         )
         .unwrap();
         let o = c.engine.options();
         assert_eq!(o.compression, basalt_engine::Compression::Zstd(5));
         assert_eq!(o.durability, basalt_engine::Durability::SyncEveryMs(50));
         assert_eq!(o.memory_budget, 64 << 20);
+        assert_eq!(o.io_backend, basalt_engine::IoBackend::Psync);
+        let e = parse("[engine]\nio_backend = \"aio\"\n").unwrap_err();
+        assert!(e.0.starts_with("t.toml:2:") && e.0.contains("psync"), "{e}");
     }
 }

@@ -5,11 +5,12 @@
 //! Mapping: `--compression_type` none → none, zstd/zlib → zstd, lz4/snappy → lz4 (Basalt has
 //! no snappy); `--sync=1` → sync every write, otherwise no sync until flush/close (db_bench's
 //! default writes the WAL without fsync too); `--cache_size`/`--memory_budget` → the engine's
-//! whole memory budget; either direct-IO flag → O_DIRECT; `--target_fill` → GC's target fill.
+//! whole memory budget; either direct-IO flag → O_DIRECT; `--target_fill` → GC's target fill;
+//! `--io_backend=io_uring|psync` → the engine's read backend.
 
 use crate::engine::{
     BatchOp, Compression, Direction, Durability, EngineError, EngineFactory, EngineOptions,
-    EngineStats, KvEngine, KvPairs,
+    EngineStats, IoBackend, KvEngine, KvPairs,
 };
 use basalt_engine::{Collection, Db, Options, WriteBatch};
 use std::ops::Bound;
@@ -53,6 +54,12 @@ pub fn engine_options(o: &EngineOptions) -> Result<Options, EngineError> {
         create_if_missing: true,
         ..Options::default()
     };
+    if let Some(b) = o.io_backend {
+        opts.io_backend = match b {
+            IoBackend::IoUring => basalt_engine::IoBackend::IoUring,
+            IoBackend::Psync => basalt_engine::IoBackend::Psync,
+        };
+    }
     if let Some(t) = o.target_fill_pct {
         if !(1.0..=99.0).contains(&t) {
             return Err(EngineError::new(format!(

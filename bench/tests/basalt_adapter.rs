@@ -113,7 +113,9 @@ fn options_map_as_documented() {
     o.compression = Compression::Zstd;
     o.target_fill_pct = Some(80.0);
     o.direct_writes = true;
+    o.io_backend = Some(basalt_bench::IoBackend::Psync);
     let e = engine_options(&o).unwrap();
+    assert_eq!(e.io_backend, basalt_engine::IoBackend::Psync);
     assert_eq!(e.durability, basalt_engine::Durability::SyncEveryWrite);
     assert_eq!(e.compression, basalt_engine::Compression::Zstd(3));
     assert_eq!(e.target_fill_pct, 80);

@@ -3,7 +3,7 @@
 PROVISIONING_PYTHON ?= /usr/bin/python3
 PROVISIONING_VENV := provisioning/.venv
 PROVISIONING_BIN := $(abspath $(PROVISIONING_VENV))/bin
-PROVISIONING_PLAYBOOKS := site.yml verify.yml bench.yml tests/cluster/refuse-format.yml
+PROVISIONING_PLAYBOOKS := site.yml verify.yml bench.yml health.yml upgrade.yml tests/cluster/refuse-format.yml
 
 .PHONY: provisioning-venv provisioning-lint provisioning-unit test-provisioning provisioning-cluster-test
 
@@ -26,9 +26,12 @@ provisioning-lint: provisioning-venv
 provisioning-unit: provisioning-venv
 	cd provisioning && PATH=$(PROVISIONING_BIN):$$PATH python -m pytest -q tests/unit
 
-## provisioning-cluster-test: real three-node nspawn cluster (root)
+## provisioning-cluster-test: real three-node nspawn cluster (root); with the appliance steps
+## when make deb / make test-appliance left a package in target/debian (never built here)
 provisioning-cluster-test: provisioning-venv
-	PATH=$(PROVISIONING_BIN):$$PATH provisioning/tests/run-cluster-test
+	@deb="$$(ls -t target/debian/basalt_*_amd64.deb 2>/dev/null | head -1)"; \
+	if [ -z "$$deb" ]; then echo "provisioning-cluster-test: no target/debian/basalt_*_amd64.deb (run make deb): appliance steps will be skipped"; fi; \
+	PATH=$(PROVISIONING_BIN):$$PATH provisioning/tests/run-cluster-test $${deb:+--deb "$$deb"}
 
 ## test-provisioning: lint, unit tests, then the real cluster test
 test-provisioning: provisioning-lint provisioning-unit provisioning-cluster-test

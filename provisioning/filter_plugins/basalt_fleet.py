@@ -75,6 +75,65 @@ def fleet_spread(rows, field):
     return {"min": values[0], "median": median, "max": values[-1], "max_over_min": ratio}
 
 
+def health_fleet_rows(hostvars, hosts, key="health_report"):
+    """One row per device of the fleet from each host's `basalt health --json` output.
+
+    `hostvars[host][key]` is the parsed output ({"devices": [...]}); a host without it (failed,
+    unreachable, unparsable output) gets one row with status "unknown", so it is never
+    silently missing from the table.
+    """
+    rows = []
+    for host in sorted(hosts):
+        report = (hostvars.get(host) or {}).get(key)
+        if not isinstance(report, dict):
+            rows.append({"host": host, "device": "-", "model": "-", "temperature_c": None,
+                         "percentage_used": None, "status": "unknown",
+                         "reasons": ["no basalt health output from this host"]})
+            continue
+        devices = report.get("devices") or []
+        if not devices:
+            rows.append({"host": host, "device": "-", "model": "-", "temperature_c": None,
+                         "percentage_used": None, "status": "unknown",
+                         "reasons": ["basalt health found no device"]})
+        for dev in devices:
+            rows.append({
+                "host": host,
+                "device": dev.get("device") or "?",
+                "model": dev.get("model") or "?",
+                "temperature_c": dev.get("temperature_c"),
+                "percentage_used": dev.get("percentage_used"),
+                "status": dev.get("status") or "unknown",
+                "reasons": list(dev.get("reasons") or []),
+            })
+    return rows
+
+
+def health_table(rows):
+    """Fixed-width table lines (header first) of health_fleet_rows output."""
+    header = ["host", "device", "model", "temp", "% used", "status", "reasons"]
+    body = []
+    for r in rows:
+        body.append([
+            r["host"], r["device"], r["model"],
+            "-" if r["temperature_c"] is None else "%s C" % r["temperature_c"],
+            "-" if r["percentage_used"] is None else "%s %%" % r["percentage_used"],
+            r["status"],
+            "; ".join(r["reasons"]) or "-",
+        ])
+    widths = [max(len(str(line[i])) for line in [header] + body) for i in range(len(header) - 1)]
+    out = []
+    for line in [header] + body:
+        cells = [str(c).ljust(w) for c, w in zip(line[:-1], widths)] + [str(line[-1])]
+        out.append("  ".join(cells).rstrip())
+    return out
+
+
+def health_problems(rows, statuses=("crit",)):
+    """'host device (model): reasons' for each row whose status is in `statuses`."""
+    return ["%s %s (%s): %s" % (r["host"], r["device"], r["model"], "; ".join(r["reasons"]) or r["status"])
+            for r in rows if r["status"] in statuses]
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -83,4 +142,7 @@ class FilterModule(object):
             "fio_fleet_rows": fio_fleet_rows,
             "fleet_spread": fleet_spread,
             "bench_read_results": bench_read_results,
+            "health_fleet_rows": health_fleet_rows,
+            "health_table": health_table,
+            "health_problems": health_problems,
         }

@@ -47,3 +47,50 @@ def test_fleet_rows_sorted_and_spread(tmp_path):
     rows[2]["read_iops"] = 400.0
     assert bf.fleet_spread(rows, "read_iops") == {"min": 100.0, "median": 200.0, "max": 400.0, "max_over_min": 4.0}
     assert bf.fleet_spread([], "read_iops") is None
+
+
+def _health(*devices):
+    return {"devices": list(devices)}
+
+
+def _dev(device, model, status, temp=35, used=3, reasons=()):
+    return {"device": device, "model": model, "temperature_c": temp, "percentage_used": used,
+            "status": status, "reasons": list(reasons)}
+
+
+def test_health_rows_one_per_device_and_unknown_for_silent_hosts():
+    hostvars = {
+        "nuc-2": {"health_report": _health(_dev("/dev/nvme0", "Samsung SSD 970 EVO 500GB", "crit",
+                                                reasons=["media_errors 7"]))},
+        "nuc-1": {"health_report": _health(_dev("/dev/nvme1", "INTEL SSDPE2KX010T8", "ok", temp=None, used=73),
+                                           _dev("/dev/nvme4", "KCD61LUL3T84", "warn", reasons=["temperature 71 C"]))},
+        "nuc-3": {},
+        "nuc-4": {"health_report": {"devices": []}},
+    }
+    rows = bf.health_fleet_rows(hostvars, ["nuc-2", "nuc-1", "nuc-3", "nuc-4"])
+    assert [(r["host"], r["device"], r["status"]) for r in rows] == [
+        ("nuc-1", "/dev/nvme1", "ok"), ("nuc-1", "/dev/nvme4", "warn"), ("nuc-2", "/dev/nvme0", "crit"),
+        ("nuc-3", "-", "unknown"), ("nuc-4", "-", "unknown")]
+    assert bf.health_problems(rows) == ["nuc-2 /dev/nvme0 (Samsung SSD 970 EVO 500GB): media_errors 7"]
+    assert bf.health_problems(rows, ["unknown"]) == [
+        "nuc-3 - (-): no basalt health output from this host", "nuc-4 - (-): basalt health found no device"]
+
+
+def test_health_table_aligns_columns_and_shows_missing_values():
+    rows = bf.health_fleet_rows({"a": {"health_report": _health(
+        _dev("/dev/nvme0", "M1", "crit", reasons=["media_errors 7", "SMART overall-health failed"]),
+        _dev("/dev/sda", "Long Model Name", "ok", temp=None, used=None))}}, ["a"])
+    lines = bf.health_table(rows)
+    assert lines[0].split() == ["host", "device", "model", "temp", "%", "used", "status", "reasons"]
+    assert lines[1] == "a     /dev/nvme0  M1               35 C  3 %     crit    media_errors 7; SMART overall-health failed"
+    assert lines[2] == "a     /dev/sda    Long Model Name  -     -       ok      -"
+    # Every column starts at the same offset on every line.
+    assert len({line.index("crit") if "crit" in line else line.index("ok  ") for line in lines[1:]}) == 1
+
+
+def test_health_rows_of_recorded_basalt_health_output():
+    import json
+    rows = bf.health_fleet_rows({"box": {"health_report": json.loads(fixture("basalt-health-crit.json"))}}, ["box"])
+    crit = [r for r in rows if r["status"] == "crit"]
+    assert crit and crit[0]["device"] == "/dev/nvme0" and crit[0]["reasons"] == ["media_errors 7"]
+    assert any(r["status"] == "ok" for r in rows)

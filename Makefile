@@ -31,7 +31,7 @@ build:
 ## run: build, then mount ./mnt over the data in ./basalt-data and serve the dashboard
 ## on http://127.0.0.1:8642 (foreground; Ctrl-C unmounts cleanly and syncs)
 run: build
-	./target/release/basalt up $(BASALT_UP_ARGS)
+	$(or $(CARGO_TARGET_DIR),target)/release/basalt up $(BASALT_UP_ARGS)
 
 ## fmt: format all Rust code
 fmt:

@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 use basalt_engine::Options;
 use basalt_monitoring::collect::CollectOptions;
 use basalt_monitoring::config::MonitoringConfig;
+use basalt_monitoring::engine_store::{EngineStore, DEFAULT_COLLECTION as ENGINE_HISTORY};
 use basalt_monitoring::history::{FileStore, MemoryStore, SampleStore};
 use basalt_monitoring::{spawn_sampler, MonitoringState, Sampler};
 use std::io::Write;
@@ -89,11 +90,23 @@ fn start_sampler(
     ))
 }
 
-fn history_store(h: Option<&HealthSection>) -> Result<Arc<dyn SampleStore>> {
-    Ok(match h.and_then(|h| h.history_dir.as_ref()) {
-        Some(dir) => {
-            Arc::new(FileStore::open(dir).with_context(|| format!("history in {}", dir.display()))?)
-        }
+/// Where sampled history goes: the engine's own `.monitoring` collection by default (same
+/// durability and checksums as the data), a JSON-lines directory when `history_dir` is
+/// set, memory only when health sampling is off.
+fn history_store(
+    h: Option<&HealthSection>,
+    db: &basalt_engine::Db,
+) -> Result<Arc<dyn SampleStore>> {
+    Ok(match h {
+        Some(h) => match &h.history_dir {
+            Some(dir) => Arc::new(
+                FileStore::open(dir).with_context(|| format!("history in {}", dir.display()))?,
+            ),
+            None => Arc::new(
+                EngineStore::open(db.clone(), ENGINE_HISTORY)
+                    .context("history in the engine collection .monitoring")?,
+            ),
+        },
         None => Arc::new(MemoryStore::default()),
     })
 }
@@ -160,7 +173,7 @@ pub fn run(plan: Plan, out: &mut dyn Write) -> Result<()> {
         .build()?;
     let token: SharedToken = Arc::new(RwLock::new(None));
     let stats_db = db.clone();
-    let state = MonitoringState::new(history_store(plan.health.as_ref())?).with_engine_stats(
+    let state = MonitoringState::new(history_store(plan.health.as_ref(), &db)?).with_engine_stats(
         Arc::new(move || serde_json::to_value(stats_db.stats()).unwrap_or_default()),
     );
 

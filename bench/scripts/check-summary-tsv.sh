@@ -6,7 +6,8 @@ tsv=$1
 want_header=$'engine\tstep\tops_sec\tmb_sec\tp50\tp99\tp99.9\tp99.99\twrite_amp\tspace_amp\tdev_write_bytes_per_op\tdev_read_bytes_per_op\tcpu_us_per_op\trss_bytes\tdisk_bytes\tstall_pct'
 [ "$(head -1 "$tsv")" = "$want_header" ] || { echo "bad header in $tsv: $(head -1 "$tsv")"; exit 1; }
 steps="fillseq readrandom fwdrange multireadrandom overwritesome waitforcompaction readwhilewriting fwdrangewhilewriting overwrite"
-basalt_side=$(awk -F'\t' 'NR==2{print $1}' "$tsv")
+# The Basalt side must be the real engine (rows named "basalt"), never a stand-in.
+basalt_side=basalt
 passed=0; failed=0
 check() { # engine step
   if awk -F'\t' -v e="$1" -v s="$2" '$1==e && $2==s {found=1} END{exit !found}' "$tsv"; then

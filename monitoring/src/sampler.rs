@@ -174,7 +174,7 @@ impl Sampler {
             .iter()
             .map(|r| (device_key(&r.device).to_string(), r.clone()))
             .collect();
-        if now - self.last_prune >= 3600 {
+        if now.saturating_sub(self.last_prune) >= 3600 {
             match self.store.prune(now, &self.config.history.retention) {
                 Ok(stats) => tracing::debug!(?stats, "history pruned"),
                 Err(e) => tracing::warn!("history prune failed: {e}"),

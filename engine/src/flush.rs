@@ -130,6 +130,20 @@ fn in_other_memtables(v: &Version, skip: Option<u64>, coll: CollId, key: &[u8]) 
         .any(|m| m.get(coll, key, u64::MAX).is_some())
 }
 
+/// After an index change: records the versions it dropped in the delete list (those of
+/// live segments), then writes the checkpoint that installs the change; the delete list
+/// is synced first (see `write_checkpoint`).
+fn record_dead_and_checkpoint(inner: &Inner, dead: Vec<DeadRecord>, purged: u64) -> Result<()> {
+    let segs = inner.segments.read().clone();
+    inner
+        .garbage
+        .lock()
+        .add(dead.into_iter().filter(|d| segs.contains_key(&d.seg)));
+    let mut meta = inner.meta.lock();
+    meta.purge_seqno = meta.purge_seqno.max(purged);
+    write_checkpoint(inner, &meta)
+}
+
 /// Resolves block lengths still unknown in a memtable entry (its block was sealed
 /// after the entry was inserted).
 fn resolve(inner: &Inner, e: &mut IndexEntry) -> Result<()> {
@@ -229,16 +243,7 @@ pub fn flush_one(inner: &Arc<Inner>) -> Result<bool> {
             runs,
         });
     }
-    let segs = inner.segments.read().clone();
-    inner
-        .garbage
-        .lock()
-        .add(dead.into_iter().filter(|d| segs.contains_key(&d.seg)));
-    {
-        let mut meta = inner.meta.lock();
-        meta.purge_seqno = meta.purge_seqno.max(purged);
-        write_checkpoint(inner, &meta)?;
-    }
+    record_dead_and_checkpoint(inner, dead, purged)?;
     if !keep_run {
         run.mark_obsolete();
     }
@@ -358,16 +363,7 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
             runs,
         });
     }
-    let segs = inner.segments.read().clone();
-    inner
-        .garbage
-        .lock()
-        .add(dead.into_iter().filter(|d| segs.contains_key(&d.seg)));
-    {
-        let mut meta = inner.meta.lock();
-        meta.purge_seqno = meta.purge_seqno.max(purged);
-        write_checkpoint(inner, &meta)?;
-    }
+    record_dead_and_checkpoint(inner, dead, purged)?;
     for r in &inputs {
         r.mark_obsolete();
     }

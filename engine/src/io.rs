@@ -66,21 +66,22 @@ impl DataFile {
     ) -> Result<Self> {
         let mut oo = OpenOptions::new();
         oo.read(true).write(true).create(create);
-        if mode == IoMode::Direct {
-            oo.custom_flags(libc::O_DIRECT);
-        }
-        let file = oo.open(path).map_err(|e| Error::io(path, e))?;
-        Ok(DataFile {
-            file,
-            path: path.to_path_buf(),
-            counters,
-        })
+        Self::open_with(oo, path, mode, counters)
     }
 
     /// Opens `path` read-only (used by offline checks).
     pub fn open_read(path: &Path, mode: IoMode, counters: Arc<IoCounters>) -> Result<Self> {
         let mut oo = OpenOptions::new();
         oo.read(true);
+        Self::open_with(oo, path, mode, counters)
+    }
+
+    fn open_with(
+        mut oo: OpenOptions,
+        path: &Path,
+        mode: IoMode,
+        counters: Arc<IoCounters>,
+    ) -> Result<Self> {
         if mode == IoMode::Direct {
             oo.custom_flags(libc::O_DIRECT);
         }

@@ -166,6 +166,38 @@ pub fn derive_wear(doc: &Value, vendor: AtaVendor, logical_block: u128) -> AtaWe
 mod tests {
     use super::*;
 
+    /// A synthetic smartctl `-x` fragment (no WD recording is among the shared fixtures):
+    /// the attribute rows a WD Blue SA510-style drive reports.
+    fn wd_doc(rows: &[(u64, u32, u128)]) -> Value {
+        let table: Vec<Value> = rows
+            .iter()
+            .map(|(id, norm, raw)| serde_json::json!({"id": id, "value": norm, "raw": {"value": raw}}))
+            .collect();
+        serde_json::json!({"ata_smart_attributes": {"table": table}})
+    }
+
+    #[test]
+    fn western_digital_wear_from_230_or_233_and_traffic_from_241_242_in_gib() {
+        let doc = wd_doc(&[(230, 97, 0), (233, 50, 0), (241, 1000, 1000), (242, 0, 500)]);
+        let w = derive_wear(&doc, AtaVendor::WesternDigital, 512);
+        assert_eq!(
+            w.percentage_used,
+            Some(3),
+            "230 normalised 97 → 3% used, 233 ignored"
+        );
+        assert_eq!(w.host_bytes_written, Some(1000 * GIB));
+        assert_eq!(w.host_bytes_read, Some(500 * GIB));
+        let doc = wd_doc(&[(233, 90, 0), (241, 7, 7)]);
+        let w = derive_wear(&doc, AtaVendor::WesternDigital, 512);
+        assert_eq!(
+            w.percentage_used,
+            Some(10),
+            "without 230, 233 normalised 90 → 10%"
+        );
+        assert_eq!(w.host_bytes_written, Some(7 * GIB));
+        assert_eq!(w.host_bytes_read, None);
+    }
+
     #[test]
     fn vendor_detection_uses_family_then_model() {
         assert_eq!(

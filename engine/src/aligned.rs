@@ -42,6 +42,16 @@ impl AlignedBuf {
     }
 }
 
+/// Copies the front of `data` into `buf[*len..]` as far as it fits, advancing both;
+/// returns true when `buf` is full (the caller writes it out and resets `*len`).
+pub fn fill(buf: &mut [u8], len: &mut usize, data: &mut &[u8]) -> bool {
+    let n = data.len().min(buf.len() - *len);
+    buf[*len..*len + n].copy_from_slice(&data[..n]);
+    *len += n;
+    *data = &data[n..];
+    *len == buf.len()
+}
+
 impl Deref for AlignedBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

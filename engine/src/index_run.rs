@@ -211,11 +211,7 @@ impl RunWriter {
 
     fn append(&mut self, mut data: &[u8]) -> Result<()> {
         while !data.is_empty() {
-            let n = data.len().min(self.buf.len() - self.buf_len);
-            self.buf[self.buf_len..self.buf_len + n].copy_from_slice(&data[..n]);
-            self.buf_len += n;
-            data = &data[n..];
-            if self.buf_len == self.buf.len() {
+            if crate::aligned::fill(&mut self.buf, &mut self.buf_len, &mut data) {
                 self.file.write_aligned(&self.buf, self.file_off)?;
                 self.file_off += self.buf_len as u64;
                 self.buf_len = 0;

@@ -252,11 +252,7 @@ impl LogWriter {
 
     fn append(&mut self, mut data: &[u8]) -> Result<()> {
         while !data.is_empty() {
-            let n = data.len().min(self.buf.len() - self.buf_len);
-            self.buf[self.buf_len..self.buf_len + n].copy_from_slice(&data[..n]);
-            self.buf_len += n;
-            data = &data[n..];
-            if self.buf_len == self.buf.len() {
+            if crate::aligned::fill(&mut self.buf, &mut self.buf_len, &mut data) {
                 self.write_buf()?;
             }
         }

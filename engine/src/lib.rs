@@ -32,6 +32,7 @@ mod error;
 mod flush;
 mod garbage;
 mod gc;
+mod index_block;
 mod index_run;
 mod io;
 mod lock;
@@ -75,8 +76,8 @@ pub mod decoders {
     }
     /// Decodes an index run data block.
     pub fn index_block(b: &[u8]) {
-        let _ = crate::index_run::verify_block(b);
-        let _ = crate::index_run::decode_block_entries(b);
+        let _ = crate::index_block::verify_block(b);
+        let _ = crate::index_block::decode_block_entries(b);
     }
     /// Decodes a checkpoint file.
     pub fn checkpoint(b: &[u8]) {

@@ -161,7 +161,7 @@ impl ChangeIter {
             if self.coll.is_some_and(|c| c != r.coll) || !catalog.is_live(r.coll) {
                 continue;
             }
-            if garbage.is_dead(src.seg.id, src.info.off, r.seqno) {
+            if garbage.is_dead(src.seg.id, r.seqno) {
                 continue;
             }
             recs.push((

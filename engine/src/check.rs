@@ -87,10 +87,23 @@ pub fn check(path: &Path) -> Result<CheckReport> {
             }
         };
         let limit = footer.as_ref().map(|f| f.1);
+        // GC's dead sets are keyed by seqno: a segment must never hold one twice.
+        let mut seqnos = roaring::RoaringTreemap::new();
+        let mut repeated = None;
         let scan = scan_blocks(&file, DATA_START, limit, |off, _, bytes| {
-            crate::block::decode(bytes, file.path(), off)?;
+            let (_, raw) = crate::block::decode(bytes, file.path(), off)?;
+            for (_, r) in crate::record::RecordIter::new(&raw).flatten() {
+                if !seqnos.insert(r.seqno) && repeated.is_none() {
+                    repeated = Some((off, r.seqno));
+                }
+            }
             Ok(())
         });
+        if let Some((off, seqno)) = repeated {
+            rep.problems.push(format!(
+                "corruption in {p} at offset {off}: seqno {seqno} appears twice in the segment"
+            ));
+        }
         let scan = match scan {
             Ok(s) => s,
             Err(e) => {

@@ -143,7 +143,8 @@ pub(crate) struct OwnedRecord {
 /// What a commit writes: user operations or GC copies.
 pub(crate) enum CommitOps<'a> {
     User(Vec<(CollId, Kind, &'a [u8], &'a [u8])>),
-    Reloc(&'a [OwnedRecord]),
+    /// GC copies, with the number of the GC run that makes them.
+    Reloc(&'a [OwnedRecord], u64),
     Catalog(CatalogOp),
 }
 
@@ -924,7 +925,7 @@ impl Inner {
                     encoded += crate::record::encoded_len(0, u64::MAX, k.len(), val.len()) as u64;
                 }
             }
-            CommitOps::Reloc(recs) => {
+            CommitOps::Reloc(recs, _) => {
                 encoded = recs
                     .iter()
                     .map(|r| {
@@ -940,7 +941,11 @@ impl Inner {
         }
         let is_catalog = matches!(ops, CommitOps::Catalog(_));
         let mut w = self.writer.lock();
-        if let Some(seg) = w.prepare(encoded + crate::block::HEADER_LEN as u64 * 4)? {
+        let gc_run = match ops {
+            CommitOps::Reloc(_, run) => Some(run),
+            _ => None,
+        };
+        if let Some(seg) = w.prepare(encoded + crate::block::HEADER_LEN as u64 * 4, gc_run)? {
             let mut segs = self.segments.write();
             let mut m = (**segs).clone();
             m.insert(seg.id, seg);
@@ -984,7 +989,7 @@ impl Inner {
                         last = seqno;
                     }
                 }
-                CommitOps::Reloc(recs) => {
+                CommitOps::Reloc(recs, _) => {
                     for r in recs.iter() {
                         let rec = RecordRef {
                             kind: r.kind,

@@ -8,12 +8,18 @@
 //! rediscovered by the same index change redone). GC reads a victim's dead set from
 //! memory and copies only records not in it.
 //!
+//! In memory a segment's dead set is a compressed bitmap of seqnos (about one bit per
+//! record of the segment's seqno range, instead of a hash entry per dead record). That
+//! is exact because no segment holds two records with the same seqno: user writes get
+//! fresh seqnos, and every GC attempt writes its copies into a segment of its own.
+//!
 //! Record framing in `DELETES`: `crc:u32 | count:u32 | count × (seg:u32 | off:u64 | seqno:u64 | size:u32)`.
 
 use crate::codec::Reader;
 use crate::error::{Error, Result};
 use crate::record::Seqno;
 use crate::segment::SegId;
+use roaring::RoaringTreemap;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -34,8 +40,8 @@ pub struct DeadRecord {
 #[derive(Default, Debug, Clone)]
 pub struct SegGarbage {
     pub dead_bytes: u64,
-    /// (block offset, seqno) → size of every dead record.
-    pub dead: HashMap<(u64, Seqno), u32>,
+    /// Seqnos of the segment's dead records.
+    pub dead: RoaringTreemap,
 }
 
 /// The in-memory garbage map plus its durable delete list.
@@ -141,7 +147,7 @@ impl GarbageMap {
 
     fn apply(&mut self, d: DeadRecord) {
         let s = self.segs.entry(d.seg).or_default();
-        if s.dead.insert((d.off, d.seqno), d.size).is_none() {
+        if s.dead.insert(d.seqno) {
             s.dead_bytes += d.size as u64;
         }
     }
@@ -182,19 +188,17 @@ impl GarbageMap {
         self.segs.get(&seg).map_or(0, |s| s.dead_bytes)
     }
 
-    pub fn is_dead(&self, seg: SegId, off: u64, seqno: Seqno) -> bool {
-        self.segs
-            .get(&seg)
-            .is_some_and(|s| s.dead.contains_key(&(off, seqno)))
+    pub fn is_dead(&self, seg: SegId, seqno: Seqno) -> bool {
+        self.segs.get(&seg).is_some_and(|s| s.dead.contains(seqno))
     }
 
     /// Approximate memory held.
     pub fn memory_bytes(&self) -> usize {
         self.segs
             .values()
-            .map(|s| s.dead.capacity() * 24)
+            .map(|s| s.dead.serialized_size() + 64)
             .sum::<usize>()
-            + self.pending.capacity() * 24
+            + self.pending.capacity() * ENTRY
     }
 }
 
@@ -231,7 +235,7 @@ mod tests {
         drop(g);
         let g = GarbageMap::open(dir.path(), len1, |_| true, false).unwrap();
         assert_eq!((g.dead_bytes(1), g.dead_bytes(2)), (100, 0));
-        assert!(g.is_dead(1, 4096, 5));
+        assert!(g.is_dead(1, 5));
         // a duplicate report of the same record is counted once
         let mut g = g;
         g.add([DeadRecord {

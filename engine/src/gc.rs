@@ -18,9 +18,13 @@ use crate::flush::write_checkpoint;
 use crate::record::{Kind, RecordIter};
 use crate::segment::SegId;
 use crate::segments::Segment;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Numbers GC attempts (process-wide; only uniqueness matters). Each attempt's copies
+/// start in a fresh segment, so a segment never holds two records with one seqno.
+static NEXT_GC_RUN: AtomicU64 = AtomicU64::new(0);
 
 /// Background loop: collect while below the target fill; adjust writer throttling.
 pub fn gc_thread(inner: &Arc<Inner>) {
@@ -174,7 +178,7 @@ pub fn gc_once(inner: &Arc<Inner>, force: bool) -> Result<bool> {
         let keep = match r.kind {
             Kind::Catalog => false,
             Kind::Put | Kind::Delete => {
-                !dead.contains_key(&(off, r.seqno))
+                !dead.contains(r.seqno)
                     && !catalog.dropped.contains(&r.coll)
                     && catalog.is_live(r.coll)
             }
@@ -192,7 +196,7 @@ pub fn gc_once(inner: &Arc<Inner>, force: bool) -> Result<bool> {
     let live: Vec<OwnedRecord> = {
         let g = inner.garbage.lock();
         live.into_iter()
-            .filter(|(off, r)| !g.is_dead(victim.id, *off, r.seqno))
+            .filter(|(_, r)| !g.is_dead(victim.id, r.seqno))
             .map(|(_, r)| r)
             .collect()
     };
@@ -202,6 +206,7 @@ pub fn gc_once(inner: &Arc<Inner>, force: bool) -> Result<bool> {
         .iter()
         .map(|r| (r.key.len() + r.value.len()) as u64)
         .sum::<u64>();
+    let run = NEXT_GC_RUN.fetch_add(1, Ordering::SeqCst);
     // Copy in chunks of about 1 MiB so memtables rotate normally.
     let mut start = 0;
     while start < live.len() {
@@ -211,12 +216,13 @@ pub fn gc_once(inner: &Arc<Inner>, force: bool) -> Result<bool> {
             bytes += live[end].key.len() + live[end].value.len() + 16;
             end += 1;
         }
-        inner.commit(CommitOps::Reloc(&live[start..end]))?;
+        inner.commit(CommitOps::Reloc(&live[start..end], run))?;
         start = end;
     }
     drop(flush_guard);
     let target = inner.commit_no.load(Ordering::SeqCst);
     inner.sync_upto(target)?;
+    crate::failpoint::hit("gc-before-retire");
     retire(inner, victim.id)?;
     inner.stats.gc_runs.fetch_add(1, Ordering::Relaxed);
     inner.rebalance_caches();

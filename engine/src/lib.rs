@@ -29,6 +29,7 @@ mod codec;
 mod db;
 mod entry;
 mod error;
+mod failpoint;
 mod flush;
 mod garbage;
 mod gc;

@@ -36,6 +36,10 @@ pub struct LogWriter {
     in_batch: bool,
     scratch: Vec<u8>,
     pub next_seqno: Seqno,
+    /// The GC run whose copies the tail segment holds (`Some(u64::MAX)`: unknown, after
+    /// recovery). A new GC run starts a fresh segment, so that no segment ever holds
+    /// two records with the same seqno (GC's dead sets are keyed by seqno).
+    tail_reloc_run: Option<u64>,
     pub next_seg_id: SegId,
     dir: PathBuf,
     mode: IoMode,
@@ -118,6 +122,7 @@ impl LogWriter {
             in_batch: false,
             scratch: Vec::new(),
             next_seqno,
+            tail_reloc_run: Some(u64::MAX),
             next_seg_id,
             dir,
             mode,
@@ -143,12 +148,20 @@ impl LogWriter {
     }
 
     /// Makes sure the tail segment can take a batch of about `bytes`; rolls to a new
-    /// segment if needed. Errors here (e.g. ENOSPC) leave the log unchanged.
-    pub fn prepare(&mut self, bytes: u64) -> Result<Option<Arc<Segment>>> {
+    /// segment if needed, or if `gc_run` is a GC run other than the one whose copies the
+    /// tail already holds. Errors here (e.g. ENOSPC) leave the log unchanged.
+    pub fn prepare(&mut self, bytes: u64, gc_run: Option<u64>) -> Result<Option<Arc<Segment>>> {
         self.check_poisoned()?;
         let full = self.end() + self.open.raw_len() as u64 + bytes > self.segment_size
             && self.end() > DATA_START;
-        if !self.seg.sealed.load(Ordering::SeqCst) && !full {
+        let other_run = gc_run.is_some()
+            && self.tail_reloc_run.is_some()
+            && gc_run != self.tail_reloc_run
+            && self.end() > DATA_START;
+        if !self.seg.sealed.load(Ordering::SeqCst) && !full && !other_run {
+            if gc_run.is_some() {
+                self.tail_reloc_run = gc_run;
+            }
             return Ok(None);
         }
         if !self.seg.sealed.load(Ordering::SeqCst) {
@@ -165,6 +178,7 @@ impl LogWriter {
         )?;
         self.next_seg_id += 1;
         self.seg = seg.clone();
+        self.tail_reloc_run = gc_run;
         self.buf_start = DATA_START;
         self.buf_len = 0;
         Ok(Some(seg))

@@ -11,11 +11,31 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Sort key: collection, key, then newest version first.
+///
+/// `prefix` holds the key's first 8 bytes (big-endian, zero padded) inline, so most
+/// comparisons in the skip list are decided without dereferencing the boxed key (one
+/// cache miss less per level). Zero padding keeps the order lexicographic: keys whose
+/// prefixes differ compare like their prefixes.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct MemKey {
     pub coll: CollId,
+    prefix: u64,
     pub key: Box<[u8]>,
     pub seqno: Reverse<Seqno>,
+}
+
+impl MemKey {
+    pub fn new(coll: CollId, key: &[u8], seqno: Seqno) -> Self {
+        let mut p = [0u8; 8];
+        let n = key.len().min(8);
+        p[..n].copy_from_slice(&key[..n]);
+        MemKey {
+            coll,
+            prefix: u64::from_be_bytes(p),
+            key: key.into(),
+            seqno: Reverse(seqno),
+        }
+    }
 }
 
 /// Fixed per-entry overhead charged to the memory budget (node, key box, entry).
@@ -43,11 +63,7 @@ impl Memtable {
     /// Inserts a version. Returns the entry it replaced with the same (key, seqno),
     /// which only happens for relocated copies.
     pub fn insert(&self, coll: CollId, key: &[u8], e: IndexEntry) -> Option<IndexEntry> {
-        let k = MemKey {
-            coll,
-            key: key.into(),
-            seqno: Reverse(e.seqno),
-        };
+        let k = MemKey::new(coll, key, e.seqno);
         let prev = if e.reloc {
             self.map.get(&k).map(|x| *x.value())
         } else {
@@ -76,11 +92,7 @@ impl Memtable {
 
     /// Newest version of `key` with seqno ≤ `snap`.
     pub fn get(&self, coll: CollId, key: &[u8], snap: Seqno) -> Option<IndexEntry> {
-        let lo = MemKey {
-            coll,
-            key: key.into(),
-            seqno: Reverse(snap),
-        };
+        let lo = MemKey::new(coll, key, snap);
         let e = self.map.lower_bound(Bound::Included(&lo))?;
         (e.key().coll == coll && &*e.key().key == key).then(|| *e.value())
     }
@@ -114,5 +126,24 @@ impl Memtable {
             .iter()
             .map(|e| (e.key().coll, e.key().key.clone(), *e.value()))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn memkey_order_is_collection_then_key_bytes_then_newest_first(
+            a in (0u32..3, proptest::collection::vec(0u8..3, 0..12), 0u64..4),
+            b in (0u32..3, proptest::collection::vec(0u8..3, 0..12), 0u64..4),
+        ) {
+            let (ka, kb) = (MemKey::new(a.0, &a.1, a.2), MemKey::new(b.0, &b.1, b.2));
+            let want = (a.0, &a.1, Reverse(a.2)).cmp(&(b.0, &b.1, Reverse(b.2)));
+            prop_assert_eq!(ka.cmp(&kb), want);
+            prop_assert_eq!(ka == kb, want.is_eq());
+        }
     }
 }

@@ -11,7 +11,6 @@ use crate::index_run::RunCursor;
 use crate::memtable::{MemKey, Memtable};
 use crate::record::{CollId, Seqno};
 use crate::segments::SegmentMap;
-use std::cmp::Reverse;
 use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
@@ -156,11 +155,7 @@ impl MemSource {
         reverse: bool,
         snap: Seqno,
     ) -> Self {
-        let mk = |k: &[u8], s: u64| MemKey {
-            coll,
-            key: k.into(),
-            seqno: Reverse(s),
-        };
+        let mk = |k: &[u8], s: u64| MemKey::new(coll, k, s);
         let lo = match lo {
             Bound::Included(k) => Bound::Included(mk(k, u64::MAX)),
             Bound::Excluded(k) => Bound::Excluded(mk(k, 0)),
@@ -169,11 +164,7 @@ impl MemSource {
         let hi = match hi {
             Bound::Included(k) => Bound::Included(mk(k, 0)),
             Bound::Excluded(k) => Bound::Excluded(mk(k, u64::MAX)),
-            Bound::Unbounded => Bound::Excluded(MemKey {
-                coll: coll + 1,
-                key: Box::new([]),
-                seqno: Reverse(u64::MAX),
-            }),
+            Bound::Unbounded => Bound::Excluded(MemKey::new(coll + 1, &[], u64::MAX)),
         };
         let mut s = MemSource {
             mt,

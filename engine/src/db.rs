@@ -1195,7 +1195,13 @@ impl Inner {
         }
         let h = key_hash(coll, key);
         for run in &v.runs {
-            if let Some(e) = run.get(coll, key, h)? {
+            if let Some(e) = run.get(
+                coll,
+                key,
+                h,
+                &self.stats.device_reads,
+                &self.stats.get_bytes_read,
+            )? {
                 if e.seqno <= snap && found.is_none_or(|f| e.supersedes(&f)) {
                     found = Some(e);
                 }

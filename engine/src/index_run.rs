@@ -21,7 +21,7 @@ use crate::io::{DataFile, IoCounters, IoMode};
 use crate::record::{CollId, Seqno};
 use std::cmp::Ordering as CmpOrdering;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 const RUN_MAGIC: &[u8; 8] = b"BSLTIDX1";
@@ -365,12 +365,17 @@ impl Run {
 
     /// Reads and verifies data block `i` (through the cache when `cached`).
     pub fn block(&self, i: usize, cached: bool) -> Result<Arc<Vec<u8>>> {
-        let (_, _, off, pages) = self.blocks[i];
         if cached {
-            if let Some(b) = self.cache.get(&(self.id, off)) {
+            if let Some(b) = self.cache.get(&(self.id, self.blocks[i].2)) {
                 return Ok(b);
             }
         }
+        self.read_block(i, cached)
+    }
+
+    /// Reads block `i` from the device, verifies it, and caches it when `cache`.
+    fn read_block(&self, i: usize, cache: bool) -> Result<Arc<Vec<u8>>> {
+        let (_, _, off, pages) = self.blocks[i];
         let mut buf = AlignedBuf::zeroed(pages as usize * PAGE);
         let n = self.file.read_full(&mut buf, off)?;
         if n < buf.len() || !verify_block(&buf) {
@@ -380,7 +385,7 @@ impl Run {
                 "index block checksum mismatch",
             ));
         }
-        if cached {
+        if cache {
             // The cache keeps only the bytes that carry data, not the page padding.
             let used = used_len(&buf).unwrap_or(buf.len());
             let b = Arc::new(buf[..used].to_vec());
@@ -410,15 +415,30 @@ impl Run {
         p.checked_sub(1)
     }
 
-    /// Point lookup.
-    pub fn get(&self, coll: CollId, key: &[u8], hash: u64) -> Result<Option<IndexEntry>> {
+    /// Point lookup. An index block read from the device (a cache miss) is counted in
+    /// `reads`/`bytes_read`, so "device reads per get" covers index and data.
+    pub fn get(
+        &self,
+        coll: CollId,
+        key: &[u8],
+        hash: u64,
+        reads: &AtomicU64,
+        bytes_read: &AtomicU64,
+    ) -> Result<Option<IndexEntry>> {
         if !self.bloom.may_contain(hash) {
             return Ok(None);
         }
         let Some(i) = self.find_block(coll, key) else {
             return Ok(None);
         };
-        let b = self.block(i, true)?;
+        let b = match self.cache.get(&(self.id, self.blocks[i].2)) {
+            Some(b) => b,
+            None => {
+                reads.fetch_add(1, Ordering::Relaxed);
+                bytes_read.fetch_add(self.blocks[i].3 as u64 * PAGE as u64, Ordering::Relaxed);
+                self.read_block(i, true)?
+            }
+        };
         block_get(&b, coll, key).map_err(|()| {
             Error::corruption(
                 self.file.path(),
@@ -619,16 +639,23 @@ mod tests {
         }
         let run = Arc::new(w.finish(cache.clone()).unwrap());
         assert!(run.block_count() > 10);
+        let n = AtomicU64::new(0);
         for (i, k) in keys.iter().enumerate() {
             let h = key_hash(3, k);
-            assert_eq!(run.get(3, k, h).unwrap().unwrap().seqno, i as u64 + 1);
+            assert_eq!(
+                run.get(3, k, h, &n, &n).unwrap().unwrap().seqno,
+                i as u64 + 1
+            );
         }
         assert_eq!(
-            run.get(3, b"key00000001", key_hash(3, b"key00000001"))
+            run.get(3, b"key00000001", key_hash(3, b"key00000001"), &n, &n)
                 .unwrap(),
             None
         );
-        assert_eq!(run.get(4, &keys[0], key_hash(4, &keys[0])).unwrap(), None);
+        assert_eq!(
+            run.get(4, &keys[0], key_hash(4, &keys[0]), &n, &n).unwrap(),
+            None
+        );
         // forward from a missing key lands on the next one
         let c = RunCursor::seek(run.clone(), 3, Some(b"key00000003"), false).unwrap();
         assert_eq!(&*c.peek().unwrap().1, b"key00000004");

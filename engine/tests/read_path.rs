@@ -107,12 +107,20 @@ fn memory_budget_holds_with_data_100x_larger() {
         }
     }
     db.flush().unwrap();
+    let before = db.stats();
     let mut rng = Rng(7);
     for _ in 0..20_000 {
         let k = rng.next() % n;
         assert!(c.get(&k.to_be_bytes()).unwrap().is_some());
     }
     let s = db.stats();
+    // Every cache miss during the gets is a device read and is counted per get: data
+    // blocks and index blocks alike.
+    let misses = (s.block_cache_misses - before.block_cache_misses)
+        + (s.index_cache_misses - before.index_cache_misses);
+    let reads = (s.device_reads_per_get * s.gets as f64).round() as u64
+        - (before.device_reads_per_get * before.gets as f64).round() as u64;
+    assert_eq!(reads, misses, "device reads during gets vs cache misses");
     max_mem = max_mem.max(s.memory_bytes);
     assert!(
         s.log_disk_bytes >= 100 * budget,

@@ -6,7 +6,8 @@
 //! no snappy); `--sync=1` → sync every write, otherwise no sync until flush/close (db_bench's
 //! default writes the WAL without fsync too); `--cache_size`/`--memory_budget` → the engine's
 //! whole memory budget; either direct-IO flag → O_DIRECT; `--target_fill` → GC's target fill;
-//! `--io_backend=io_uring|psync` → the engine's read backend.
+//! `--io_backend=io_uring|psync` → the engine's read backend; `--block_size` → the log block
+//! size (engine default 16 KiB when absent).
 
 use crate::engine::{
     BatchOp, Compression, Direction, Durability, EngineError, EngineFactory, EngineOptions,
@@ -59,6 +60,9 @@ pub fn engine_options(o: &EngineOptions) -> Result<Options, EngineError> {
             IoBackend::IoUring => basalt_engine::IoBackend::IoUring,
             IoBackend::Psync => basalt_engine::IoBackend::Psync,
         };
+    }
+    if let Some(b) = o.block_size {
+        opts.block_size = b;
     }
     if let Some(t) = o.target_fill_pct {
         if !(1.0..=99.0).contains(&t) {

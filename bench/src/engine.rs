@@ -76,6 +76,8 @@ pub struct EngineOptions {
     pub direct_reads: bool,
     pub direct_writes: bool,
     pub io_backend: Option<IoBackend>,
+    /// Log block size in bytes (`--block_size`), `None` = engine default.
+    pub block_size: Option<usize>,
 }
 
 /// Counters the report needs from the engine. Fields an engine cannot provide are `None`.

@@ -32,6 +32,7 @@ const FLAG_TABLE: &[(&str, Kind)] = &[
     ("sync", Kind::Bool),
     ("disable_wal", Kind::Bool),
     ("cache_size", Kind::Value),
+    ("block_size", Kind::Value),
     ("benchmark_write_rate_limit", Kind::Value),
     ("seed", Kind::Value),
     ("histogram", Kind::Bool),
@@ -73,6 +74,9 @@ pub struct Flags {
     pub disable_wal: bool,
     /// For Basalt the whole memory budget (bytes).
     pub cache_size: u64,
+    /// `--block_size`: log block size for Basalt (RocksDB's data block size); `None`
+    /// = the engine's default.
+    pub block_size: Option<usize>,
     /// Bytes per second for all writers together; 0 = unlimited.
     pub benchmark_write_rate_limit: u64,
     pub seed: u64,
@@ -112,6 +116,7 @@ impl Default for Flags {
             sync: false,
             disable_wal: false,
             cache_size: 8 << 20,
+            block_size: None,
             benchmark_write_rate_limit: 0,
             seed: 0,
             histogram: false,
@@ -251,6 +256,7 @@ impl Flags {
             "sync" => self.sync = parse_bool(name, v)?,
             "disable_wal" => self.disable_wal = parse_bool(name, v)?,
             "cache_size" | "memory_budget" => self.cache_size = num(name, v)?,
+            "block_size" => self.block_size = Some(num(name, v)?),
             "benchmark_write_rate_limit" => self.benchmark_write_rate_limit = num(name, v)?,
             "seed" => self.seed = num(name, v)?,
             "histogram" => self.histogram = parse_bool(name, v)?,
@@ -349,6 +355,7 @@ impl Flags {
             direct_reads: self.use_direct_reads,
             direct_writes: self.use_direct_io_for_flush_and_compaction,
             io_backend: self.io_backend,
+            block_size: self.block_size,
         }
     }
 

@@ -35,6 +35,7 @@ fn opts(dir: &std::path::Path, fresh: bool) -> EngineOptions {
         direct_reads: false,
         direct_writes: false,
         io_backend: None,
+        block_size: None,
     }
 }
 
@@ -114,7 +115,9 @@ fn options_map_as_documented() {
     o.target_fill_pct = Some(80.0);
     o.direct_writes = true;
     o.io_backend = Some(basalt_bench::IoBackend::Psync);
+    o.block_size = Some(4096);
     let e = engine_options(&o).unwrap();
+    assert_eq!(e.block_size, 4096);
     assert_eq!(e.io_backend, basalt_engine::IoBackend::Psync);
     assert_eq!(e.durability, basalt_engine::Durability::SyncEveryWrite);
     assert_eq!(e.compression, basalt_engine::Compression::Zstd(3));

@@ -173,8 +173,7 @@ pub fn gc_once(inner: &Arc<Inner>, force: bool) -> Result<bool> {
         .unwrap_or_default();
     let catalog = inner.catalog.read().clone();
     let mut live = Vec::new();
-    let mut live_bytes = 0u64;
-    read_segment_records(&victim, |off, r| {
+    read_segment_records(&victim, |_, r| {
         let keep = match r.kind {
             Kind::Catalog => false,
             Kind::Put | Kind::Delete => {
@@ -184,7 +183,7 @@ pub fn gc_once(inner: &Arc<Inner>, force: bool) -> Result<bool> {
             }
         };
         if keep {
-            live.push((off, r));
+            live.push(r);
         }
         Ok(())
     })?;
@@ -193,16 +192,14 @@ pub fn gc_once(inner: &Arc<Inner>, force: bool) -> Result<bool> {
     // copies entering the memtable (a copy of an older version would outlive its
     // tombstone). Flushes and merges run under these locks, so hold both from here on.
     let flush_guard = (inner.flush_lock.lock(), inner.merge_lock.lock());
-    let live: Vec<OwnedRecord> = {
+    let mut live: Vec<OwnedRecord> = {
         let g = inner.garbage.lock();
         live.into_iter()
-            .filter(|(_, r)| !g.is_dead(victim.id, r.seqno))
-            .map(|(_, r)| r)
+            .filter(|r| !g.is_dead(victim.id, r.seqno))
             .collect()
     };
-    let mut live = live;
     live.sort_by_key(|r| r.seqno);
-    live_bytes += live
+    let live_bytes: u64 = live
         .iter()
         .map(|r| (r.key.len() + r.value.len()) as u64)
         .sum::<u64>();

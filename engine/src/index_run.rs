@@ -172,8 +172,6 @@ impl RunWriter {
             self.buf_len = 0;
         }
         self.file.sync_data()?;
-        let counters_path = self.file.path().to_path_buf();
-        drop(counters_path);
         Run::from_parts(self.id, self.file, cache)
     }
 }
@@ -365,17 +363,27 @@ impl Run {
 
     /// Reads and verifies data block `i` (through the cache when `cached`).
     pub fn block(&self, i: usize, cached: bool) -> Result<Arc<Vec<u8>>> {
+        self.block_counting(i, cached, None)
+    }
+
+    /// Like [`Run::block`]; a device read (cache miss) is added to `counters`
+    /// (reads, bytes).
+    fn block_counting(
+        &self,
+        i: usize,
+        cached: bool,
+        counters: Option<(&AtomicU64, &AtomicU64)>,
+    ) -> Result<Arc<Vec<u8>>> {
+        let (_, _, off, pages) = self.blocks[i];
         if cached {
-            if let Some(b) = self.cache.get(&(self.id, self.blocks[i].2)) {
+            if let Some(b) = self.cache.get(&(self.id, off)) {
                 return Ok(b);
             }
         }
-        self.read_block(i, cached)
-    }
-
-    /// Reads block `i` from the device, verifies it, and caches it when `cache`.
-    fn read_block(&self, i: usize, cache: bool) -> Result<Arc<Vec<u8>>> {
-        let (_, _, off, pages) = self.blocks[i];
+        if let Some((reads, bytes)) = counters {
+            reads.fetch_add(1, Ordering::Relaxed);
+            bytes.fetch_add(pages as u64 * PAGE as u64, Ordering::Relaxed);
+        }
         let mut buf = AlignedBuf::zeroed(pages as usize * PAGE);
         let n = self.file.read_full(&mut buf, off)?;
         if n < buf.len() || !verify_block(&buf) {
@@ -385,7 +393,7 @@ impl Run {
                 "index block checksum mismatch",
             ));
         }
-        if cache {
+        if cached {
             // The cache keeps only the bytes that carry data, not the page padding.
             let used = used_len(&buf).unwrap_or(buf.len());
             let b = Arc::new(buf[..used].to_vec());
@@ -431,14 +439,7 @@ impl Run {
         let Some(i) = self.find_block(coll, key) else {
             return Ok(None);
         };
-        let b = match self.cache.get(&(self.id, self.blocks[i].2)) {
-            Some(b) => b,
-            None => {
-                reads.fetch_add(1, Ordering::Relaxed);
-                bytes_read.fetch_add(self.blocks[i].3 as u64 * PAGE as u64, Ordering::Relaxed);
-                self.read_block(i, true)?
-            }
-        };
+        let b = self.block_counting(i, true, Some((reads, bytes_read)))?;
         block_get(&b, coll, key).map_err(|()| {
             Error::corruption(
                 self.file.path(),

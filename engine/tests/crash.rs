@@ -35,15 +35,8 @@ fn opts() -> Options {
     }
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+mod common;
+use common::Rng;
 
 /// The operations of batch `id` (deterministic): (collection, key, Some(value) | None).
 fn batch_ops(id: u64) -> Vec<(usize, Vec<u8>, Option<Vec<u8>>)> {

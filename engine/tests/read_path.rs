@@ -15,15 +15,8 @@ fn opts(io_backend: IoBackend) -> Options {
     }
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+mod common;
+use common::Rng;
 
 fn value(k: u64, round: u64) -> Vec<u8> {
     let mut v = format!("{k}/{round}/").into_bytes();

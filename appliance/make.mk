@@ -29,9 +29,12 @@ deb: appliance-bin $(CARGO_DEB)
 	$(CARGO_DEB) -p basalt-appliance --no-build
 	@ls -l $(APPLIANCE_TARGET)/debian/basalt_*_amd64.deb
 
-## appliance-deb-test: install the .deb in a systemd-nspawn Debian 12 container (root)
+APPLIANCE_DISTROS := debian12 ubuntu22.04 ubuntu24.04
+
+## appliance-deb-test: install the .deb in systemd-nspawn containers of Debian 12, Ubuntu 22.04 and 24.04 (root)
 appliance-deb-test: deb
-	appliance/tests/deb-install-test $(APPLIANCE_TARGET)/debian/basalt_$$($(APPLIANCE_BIN) --version | cut -d' ' -f2)_amd64.deb
+	set -e; deb=$(APPLIANCE_TARGET)/debian/basalt_$$($(APPLIANCE_BIN) --version | cut -d' ' -f2)_amd64.deb; \
+	for d in $(APPLIANCE_DISTROS); do appliance/tests/deb-install-test --distro $$d $$deb; done
 
 ## appliance-run-smoke: what `make run` runs reaches a mounted, serving state and stops cleanly
 appliance-run-smoke: appliance-bin

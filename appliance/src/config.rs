@@ -53,7 +53,7 @@ impl Default for MountSection {
     fn default() -> Self {
         MountSection {
             enabled: true,
-            path: PathBuf::from("/srv/basalt"),
+            path: PathBuf::from("/mnt/basalt"),
             threads: 0,
             allow_other: false,
             options: Vec::new(),

@@ -43,7 +43,16 @@ pub fn engine_identity(output: &str) -> Option<(String, String)> {
         if let Some(rest) = l.strip_prefix("Engine:") {
             let rest = rest.trim();
             let (name, ver) = match rest.split_once(' ') {
-                Some((n, v)) => (n, v.trim().trim_start_matches('(').trim_end_matches(')')),
+                // One pair of parentheses wraps the version, which may hold its own.
+                Some((n, v)) => {
+                    let v = v.trim();
+                    (
+                        n,
+                        v.strip_prefix('(')
+                            .and_then(|v| v.strip_suffix(')'))
+                            .unwrap_or(v),
+                    )
+                }
                 None => (rest, ""),
             };
             return Some((name.to_string(), ver.to_string()));
@@ -69,7 +78,7 @@ mod tests {
         let (n, v) =
             engine_identity("Set seed\nEngine:     memtest (memtest 0.1.0 (x))\n").unwrap();
         assert_eq!(n, "memtest");
-        assert!(v.starts_with("memtest 0.1.0"));
+        assert_eq!(v, "memtest 0.1.0 (x)", "only the wrapping parentheses go");
         assert_eq!(
             engine_identity("RocksDB:    version 7.8.3").unwrap().0,
             "rocksdb"

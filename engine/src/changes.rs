@@ -6,6 +6,7 @@
 //! resumes by passing the last seqno it processed. Deletes older than the purge seqno
 //! (see `Stats::purge_seqno`) may have been collected.
 
+use crate::data_block::DataBlock;
 use crate::db::{Inner, OwnedRecord};
 use crate::entry::Location;
 use crate::error::Result;
@@ -44,7 +45,7 @@ pub struct ChangeIter {
     heap: BinaryHeap<Reverse<(Seqno, usize)>>,
     last: Seqno,
     failed: bool,
-    prefetched: HashMap<usize, Arc<Vec<u8>>>,
+    prefetched: HashMap<usize, Arc<DataBlock>>,
 }
 
 /// Blocks read together when the feed needs a block that is not loaded yet.
@@ -147,7 +148,7 @@ impl ChangeIter {
         let garbage = self.inner.garbage.lock();
         let catalog = self.inner.catalog.read();
         let mut recs = Vec::new();
-        for item in RecordIter::new(&payload) {
+        for item in RecordIter::new(payload.payload()) {
             let (_, r) = item.map_err(|at| {
                 crate::Error::corruption(
                     src.seg.file.path(),

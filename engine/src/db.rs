@@ -6,6 +6,7 @@ use crate::bloom::key_hash;
 use crate::cache::ClockCache;
 use crate::catalog::{Catalog, CatalogOp};
 use crate::checkpoint::{self, Checkpoint, LogPos};
+use crate::data_block::DataBlock;
 use crate::entry::{IndexEntry, Location};
 use crate::error::{Error, Result};
 use crate::garbage::{DeadRecord, GarbageMap};
@@ -1331,7 +1332,7 @@ impl Inner {
     pub(crate) fn read_blocks(
         &self,
         blocks: &[(&Arc<Segment>, u64, u32)],
-    ) -> Result<Vec<Arc<Vec<u8>>>> {
+    ) -> Result<Vec<Arc<DataBlock>>> {
         use crate::codec::{align_down, align_up};
         let page = crate::aligned::PAGE as u64;
         let mut reqs: Vec<crate::uring::ReadReq<'_>> = blocks
@@ -1374,10 +1375,16 @@ impl Inner {
                 ));
             }
             let (_, raw) = crate::block::decode(&r.buf[skip..end], seg.file.path(), *off)?;
-            let raw = Arc::new(raw);
+            let block = Arc::new(DataBlock::new(raw).map_err(|at| {
+                Error::corruption(
+                    seg.file.path(),
+                    *off,
+                    format!("record at payload offset {at} malformed"),
+                )
+            })?);
             self.data_cache
-                .insert((seg.id, *off), raw.clone(), raw.len());
-            out.push(raw);
+                .insert((seg.id, *off), block.clone(), block.charge());
+            out.push(block);
         }
         Ok(out)
     }
@@ -1417,6 +1424,33 @@ impl Inner {
         Ok(out)
     }
 
+    /// The value of an index entry if its block is in the data cache (no device read).
+    pub(crate) fn cached_value(
+        &self,
+        coll: CollId,
+        key: &[u8],
+        e: &IndexEntry,
+        pinned: Option<&SegmentMap>,
+    ) -> Result<Option<Vec<u8>>> {
+        match self.segment(e.loc.seg, pinned) {
+            Some(seg) => self.cached_value_in(&seg, coll, key, e),
+            None => Ok(None),
+        }
+    }
+
+    fn cached_value_in(
+        &self,
+        seg: &Segment,
+        coll: CollId,
+        key: &[u8],
+        e: &IndexEntry,
+    ) -> Result<Option<Vec<u8>>> {
+        match self.data_cache.get(&(seg.id, e.loc.off)) {
+            Some(b) => find_record(&b, coll, key, e.seqno, seg.file.path(), e.loc.off).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// Values of many index entries: cached blocks first, then every remaining block
     /// that is on disk in one batch; records still in the writer's memory one by one.
     /// `None` for an entry whose segment no longer exists (retired by GC).
@@ -1433,15 +1467,8 @@ impl Inner {
             let Some(seg) = self.segment(e.loc.seg, pinned) else {
                 continue;
             };
-            if let Some(p) = self.data_cache.get(&(seg.id, e.loc.off)) {
-                out[i] = Some(find_record(
-                    &p,
-                    coll,
-                    key,
-                    e.seqno,
-                    seg.file.path(),
-                    e.loc.off,
-                )?);
+            if let Some(v) = self.cached_value_in(&seg, coll, key, e)? {
+                out[i] = Some(v);
                 continue;
             }
             match self.readable_len(&seg, e.loc) {
@@ -1470,24 +1497,15 @@ impl Inner {
 
 /// Finds the record (coll, key, seqno) in a block payload and returns its value.
 pub(crate) fn find_record(
-    payload: &[u8],
+    block: &DataBlock,
     coll: CollId,
     key: &[u8],
     seqno: Seqno,
     file: &Path,
     off: u64,
 ) -> Result<Vec<u8>> {
-    for item in RecordIter::new(payload) {
-        let (_, r) = item.map_err(|at| {
-            Error::corruption(
-                file,
-                off,
-                format!("record at payload offset {at} malformed"),
-            )
-        })?;
-        if r.seqno == seqno && r.coll == coll && r.key == key {
-            return Ok(r.value.to_vec());
-        }
+    if let Some(r) = block.find(coll, key, seqno) {
+        return Ok(r.value.to_vec());
     }
     Err(Error::corruption(
         file,
@@ -1500,6 +1518,6 @@ pub(crate) fn find_record(
 }
 
 pub(crate) enum BlockPayload {
-    Raw(Arc<Vec<u8>>),
+    Raw(Arc<DataBlock>),
     Value(Vec<u8>),
 }

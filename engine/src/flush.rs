@@ -298,22 +298,24 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
     let mut dead = Vec::new();
     let mut written = 0u64;
     let mut purged = 0;
+    let mut key: Vec<u8> = Vec::new();
     loop {
-        let mut min: Option<(CollId, Box<[u8]>)> = None;
+        let mut min: Option<CollId> = None;
         for c in &cursors {
             if let Some((cc, ck, _)) = c.peek() {
-                if min.as_ref().is_none_or(|(mc, mk)| (cc, ck) < (mc, mk)) {
-                    min = Some((*cc, ck.clone()));
+                if min.is_none_or(|mc| (cc, ck) < (mc, key.as_slice())) {
+                    min = Some(cc);
+                    key.clear();
+                    key.extend_from_slice(ck);
                 }
             }
         }
-        let Some((coll, key)) = min else { break };
+        let Some(coll) = min else { break };
         let mut best: Option<IndexEntry> = None;
         let mut losers = Vec::new();
         for c in cursors.iter_mut() {
             if let Some((cc, ck, e)) = c.peek() {
-                if *cc == coll && *ck == key {
-                    let e = *e;
+                if cc == coll && ck == key.as_slice() {
                     match best {
                         Some(b) if e.supersedes(&b) => {
                             losers.push(b);

@@ -188,6 +188,11 @@ impl<'a> Layout<'a> {
     fn nrestarts(&self) -> usize {
         self.restarts.len() / 4
     }
+
+    /// Entries in restart group `i`.
+    fn group_len(&self, i: usize) -> usize {
+        (self.count - i * RESTART_INTERVAL as usize).min(RESTART_INTERVAL as usize)
+    }
 }
 
 /// Decodes one entry at the reader, extending/truncating `key` by the prefix rule.
@@ -252,39 +257,39 @@ pub fn decode_block_entries(block: &[u8]) -> Option<Vec<KeyedEntry>> {
     r.is_empty().then_some(out)
 }
 
-/// Point lookup in a verified block: binary search over restarts, then a short scan.
-/// `Err(())` if the block is malformed.
-#[allow(clippy::result_unit_err)]
-pub fn block_get(block: &[u8], coll: CollId, key: &[u8]) -> Result<Option<IndexEntry>, ()> {
-    let l = Layout::parse(block).ok_or(())?;
+/// Restart group that may hold (coll, key): the last whose first key ≤ it; `Ok(None)`
+/// if the key sorts before the block. `Err(())` if the block is malformed.
+fn find_group(block: &[u8], l: &Layout<'_>, coll: CollId, key: &[u8]) -> Result<Option<usize>, ()> {
     let body = block.get(..l.entries_end).ok_or(())?;
     let mut buf = Vec::with_capacity(key.len() + 16);
-    // Full key at restart `i` (its entry has shared = 0).
-    let restart_key = |i: usize, buf: &mut Vec<u8>| -> Result<CollId, ()> {
-        let off = l.restart(i);
-        let mut r = Reader::new(body.get(off..).ok_or(())?);
-        buf.clear();
-        let (c, _) = decode_entry(&mut r, buf).ok_or(())?;
-        Ok(c)
-    };
-    // Last restart whose key ≤ target.
     let (mut lo, mut hi) = (0usize, l.nrestarts());
     while lo < hi {
         let mid = (lo + hi) / 2;
-        let c = restart_key(mid, &mut buf)?;
+        // The entry at a restart has shared = 0: its key is whole.
+        let mut r = Reader::new(body.get(l.restart(mid)..).ok_or(())?);
+        buf.clear();
+        let (c, _) = decode_entry(&mut r, &mut buf).ok_or(())?;
         if cmp_key(c, &buf, coll, key) == Ordering::Greater {
             hi = mid;
         } else {
             lo = mid + 1;
         }
     }
-    let Some(start) = lo.checked_sub(1) else {
+    Ok(lo.checked_sub(1))
+}
+
+/// Point lookup in a verified block: binary search over restarts, then a short scan.
+/// `Err(())` if the block is malformed.
+#[allow(clippy::result_unit_err)]
+pub fn block_get(block: &[u8], coll: CollId, key: &[u8]) -> Result<Option<IndexEntry>, ()> {
+    let l = Layout::parse(block).ok_or(())?;
+    let Some(start) = find_group(block, &l, coll, key)? else {
         return Ok(None);
     };
+    let body = block.get(..l.entries_end).ok_or(())?;
     let mut r = Reader::new(body.get(l.restart(start)..).ok_or(())?);
-    buf.clear();
-    let n = (l.count - start * RESTART_INTERVAL as usize).min(RESTART_INTERVAL as usize);
-    for _ in 0..n {
+    let mut buf = Vec::with_capacity(key.len() + 16);
+    for _ in 0..l.group_len(start) {
         let (c, e) = decode_entry(&mut r, &mut buf).ok_or(())?;
         match cmp_key(c, &buf, coll, key) {
             Ordering::Less => continue,
@@ -293,6 +298,92 @@ pub fn block_get(block: &[u8], coll: CollId, key: &[u8]) -> Result<Option<IndexE
         }
     }
     Ok(None)
+}
+
+/// The entries of one restart interval (at most 16) of a block, decoded into buffers
+/// that are reused from group to group: walking a block allocates nothing per entry.
+#[derive(Default, Debug)]
+pub struct Group {
+    keys: Vec<u8>,
+    ends: Vec<usize>,
+    items: Vec<(CollId, IndexEntry)>,
+}
+
+impl Group {
+    /// Entries in the group.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// True when the group holds no entries.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Entry `i`: (collection, key, index entry).
+    pub fn get(&self, i: usize) -> (CollId, &[u8], IndexEntry) {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        let (c, e) = self.items[i];
+        (c, &self.keys[start..self.ends[i]], e)
+    }
+
+    /// How many entries sort before (coll, key), or also equal to it when `inclusive`.
+    pub fn count_below(&self, coll: CollId, key: &[u8], inclusive: bool) -> usize {
+        (0..self.len())
+            .find(|&i| {
+                let (c, k, _) = self.get(i);
+                match cmp_key(c, k, coll, key) {
+                    Ordering::Less => false,
+                    Ordering::Equal => !inclusive,
+                    Ordering::Greater => true,
+                }
+            })
+            .unwrap_or(self.len())
+    }
+}
+
+/// Restart groups of a block; `None` if its header is malformed.
+pub fn group_count(block: &[u8]) -> Option<usize> {
+    Layout::parse(block).map(|l| l.nrestarts())
+}
+
+/// Restart group that may hold (coll, key) (see `find_group`); `Err(())` if malformed.
+#[allow(clippy::result_unit_err)]
+pub fn group_for(block: &[u8], coll: CollId, key: &[u8]) -> Result<Option<usize>, ()> {
+    let l = Layout::parse(block).ok_or(())?;
+    find_group(block, &l, coll, key)
+}
+
+/// Decodes restart group `i` of a block into `g`, checking that it ends where the next
+/// group starts and that its keys strictly increase. `None` if malformed.
+pub fn decode_group(block: &[u8], i: usize, g: &mut Group) -> Option<()> {
+    let l = Layout::parse(block)?;
+    if i >= l.nrestarts() {
+        return None;
+    }
+    let end = if i + 1 < l.nrestarts() {
+        l.restart(i + 1)
+    } else {
+        l.entries_end
+    };
+    let mut r = Reader::new(block.get(l.restart(i)..end)?);
+    g.keys.clear();
+    g.ends.clear();
+    g.items.clear();
+    let mut key = Vec::new();
+    for n in 0..l.group_len(i) {
+        let (c, e) = decode_entry(&mut r, &mut key)?;
+        if n > 0 {
+            let (pc, pk, _) = g.get(n - 1);
+            if cmp_key(pc, pk, c, &key) != Ordering::Less {
+                return None;
+            }
+        }
+        g.keys.extend_from_slice(&key);
+        g.ends.push(g.keys.len());
+        g.items.push((c, e));
+    }
+    r.is_empty().then_some(())
 }
 
 #[cfg(test)]

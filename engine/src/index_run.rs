@@ -15,8 +15,11 @@ use crate::cache::ClockCache;
 use crate::codec::{align_up, Reader};
 use crate::entry::IndexEntry;
 use crate::error::{Error, Result};
-use crate::index_block::{block_get, cmp_key, used_len, verify_block, BlockBuilder};
-pub use crate::index_block::{decode_block_entries, KeyedEntry};
+use crate::index_block::decode_block_entries;
+use crate::index_block::{
+    block_get, cmp_key, decode_group, group_count, group_for, used_len, verify_block, BlockBuilder,
+    Group,
+};
 use crate::io::{DataFile, IoCounters, IoMode};
 use crate::record::{CollId, Seqno};
 use std::cmp::Ordering as CmpOrdering;
@@ -403,18 +406,6 @@ impl Run {
         Ok(Arc::new(buf.to_vec()))
     }
 
-    /// Decoded entries of block `i`.
-    pub fn block_entries(&self, i: usize, cached: bool) -> Result<Vec<KeyedEntry>> {
-        let b = self.block(i, cached)?;
-        decode_block_entries(&b).ok_or_else(|| {
-            Error::corruption(
-                self.file.path(),
-                self.blocks[i].2,
-                "index block entries malformed",
-            )
-        })
-    }
-
     /// Index of the block that may hold (coll, key): the last whose first key ≤ it.
     pub fn find_block(&self, coll: CollId, key: &[u8]) -> Option<usize> {
         let p = self
@@ -459,11 +450,15 @@ impl Drop for Run {
     }
 }
 
-/// A cursor walking a run's entries in either direction from a start key.
+/// A cursor walking a run's entries in either direction from a start key. It decodes
+/// one restart group (≤ 16 entries) of one block at a time into reused buffers.
 pub struct RunCursor {
     run: Arc<Run>,
     block: usize,
-    entries: Vec<KeyedEntry>,
+    data: Arc<Vec<u8>>,
+    groups: usize,
+    group: usize,
+    g: Group,
     pos: usize,
     reverse: bool,
     done: bool,
@@ -503,7 +498,10 @@ impl RunCursor {
         let mut c = RunCursor {
             run,
             block: 0,
-            entries: Vec::new(),
+            data: Arc::new(Vec::new()),
+            groups: 0,
+            group: 0,
+            g: Group::default(),
             pos: 0,
             reverse,
             done: nblocks == 0,
@@ -517,70 +515,95 @@ impl RunCursor {
             None if reverse => (coll.saturating_add(1), &[]),
             None => (coll, &[]),
         };
-        let start = c.run.find_block(sc, sk).unwrap_or(0);
-        c.load(start)?;
+        c.load_block(c.run.find_block(sc, sk).unwrap_or(0))?;
+        let found = group_for(&c.data, sc, sk).map_err(|()| c.malformed())?;
         if reverse {
             // Last entry ≤ (coll, key) (for key=None: < (coll+1, "")).
-            let strict = key.is_none();
-            let p = c.entries.partition_point(|(ec, ek, _)| {
-                let o = cmp_key(*ec, ek, sc, sk);
-                o == CmpOrdering::Less || (!strict && o == CmpOrdering::Equal)
-            });
-            if p == 0 {
-                c.step_block()?;
-            } else {
-                c.pos = p - 1;
+            let Some(gi) = found else {
+                return c.step_back().map(|()| c);
+            };
+            c.load_group(gi)?;
+            match c.g.count_below(sc, sk, key.is_some()) {
+                0 => c.step_back()?,
+                p => c.pos = p - 1,
             }
         } else {
-            c.pos = c
-                .entries
-                .partition_point(|(ec, ek, _)| cmp_key(*ec, ek, sc, sk) == CmpOrdering::Less);
-            if c.pos >= c.entries.len() {
-                c.step_block()?;
+            c.load_group(found.unwrap_or(0))?;
+            c.pos = c.g.count_below(sc, sk, false);
+            if c.pos >= c.g.len() {
+                c.step_forward()?;
             }
         }
         Ok(c)
     }
 
-    fn load(&mut self, i: usize) -> Result<()> {
+    fn malformed(&self) -> Error {
+        Error::corruption(
+            self.run.file.path(),
+            self.run.blocks[self.block].2,
+            "index block entries malformed",
+        )
+    }
+
+    fn load_block(&mut self, i: usize) -> Result<()> {
         self.block = i;
-        self.entries = self.run.block_entries(i, self.cached)?;
+        self.data = self.run.block(i, self.cached)?;
+        self.groups = group_count(&self.data).ok_or_else(|| self.malformed())?;
         Ok(())
     }
 
-    fn step_block(&mut self) -> Result<()> {
+    fn load_group(&mut self, i: usize) -> Result<()> {
+        self.group = i;
+        decode_group(&self.data, i, &mut self.g).ok_or_else(|| self.malformed())
+    }
+
+    /// To the first entry after the current group (next group or next block).
+    fn step_forward(&mut self) -> Result<()> {
         loop {
-            if self.reverse {
-                if self.block == 0 {
-                    self.done = true;
-                    return Ok(());
+            if self.group + 1 < self.groups {
+                self.load_group(self.group + 1)?;
+            } else if self.block + 1 < self.run.blocks.len() {
+                self.load_block(self.block + 1)?;
+                if self.groups == 0 {
+                    continue;
                 }
-                self.load(self.block - 1)?;
-                if !self.entries.is_empty() {
-                    self.pos = self.entries.len() - 1;
-                    return Ok(());
-                }
+                self.load_group(0)?;
             } else {
-                if self.block + 1 >= self.run.blocks.len() {
-                    self.done = true;
-                    return Ok(());
-                }
-                self.load(self.block + 1)?;
-                if !self.entries.is_empty() {
-                    self.pos = 0;
-                    return Ok(());
-                }
+                self.done = true;
+                return Ok(());
+            }
+            if !self.g.is_empty() {
+                self.pos = 0;
+                return Ok(());
             }
         }
     }
 
-    /// The current entry, if any.
-    pub fn peek(&self) -> Option<&KeyedEntry> {
-        if self.done {
-            None
-        } else {
-            self.entries.get(self.pos)
+    /// To the last entry before the current group (previous group or previous block).
+    fn step_back(&mut self) -> Result<()> {
+        loop {
+            if self.group > 0 {
+                self.load_group(self.group - 1)?;
+            } else if self.block > 0 {
+                self.load_block(self.block - 1)?;
+                if self.groups == 0 {
+                    continue;
+                }
+                self.load_group(self.groups - 1)?;
+            } else {
+                self.done = true;
+                return Ok(());
+            }
+            if !self.g.is_empty() {
+                self.pos = self.g.len() - 1;
+                return Ok(());
+            }
         }
+    }
+
+    /// The current entry, if any: (collection, key, index entry).
+    pub fn peek(&self) -> Option<(CollId, &[u8], IndexEntry)> {
+        (!self.done).then(|| self.g.get(self.pos))
     }
 
     /// Moves to the next entry in the cursor's direction.
@@ -590,15 +613,15 @@ impl RunCursor {
         }
         if self.reverse {
             if self.pos == 0 {
-                self.step_block()
+                self.step_back()
             } else {
                 self.pos -= 1;
                 Ok(())
             }
         } else {
             self.pos += 1;
-            if self.pos >= self.entries.len() {
-                self.step_block()
+            if self.pos >= self.g.len() {
+                self.step_forward()
             } else {
                 Ok(())
             }
@@ -659,16 +682,16 @@ mod tests {
         );
         // forward from a missing key lands on the next one
         let c = RunCursor::seek(run.clone(), 3, Some(b"key00000003"), false).unwrap();
-        assert_eq!(&*c.peek().unwrap().1, b"key00000004");
+        assert_eq!(c.peek().unwrap().1, b"key00000004");
         // backward from the end
         let mut c = RunCursor::seek(run.clone(), 3, None, true).unwrap();
         let mut n = 0;
-        let mut prev: Option<Box<[u8]>> = None;
+        let mut prev: Option<Vec<u8>> = None;
         while let Some((_, k, _)) = c.peek() {
             if let Some(p) = &prev {
-                assert!(k < p);
+                assert!(k < p.as_slice());
             }
-            prev = Some(k.clone());
+            prev = Some(k.to_vec());
             n += 1;
             c.advance().unwrap();
         }
@@ -677,6 +700,48 @@ mod tests {
         drop(run);
         let r2 = Run::open(dir.path(), 1, IoMode::Buffered, counters, cache).unwrap();
         assert_eq!(r2.entries, 5000);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+        /// Cursors seeking anywhere in a multi-block, multi-collection run walk exactly
+        /// the entries a sorted model holds from that point, forwards and backwards
+        /// (group and block boundaries included).
+        #[test]
+        fn cursors_walk_exactly_the_model_from_any_seek(
+            keys in proptest::collection::btree_set((1u32..4, proptest::collection::vec(0u8..4, 1..9)), 1..1500),
+            seeks in proptest::collection::vec((0u32..5, proptest::collection::vec(0u8..4, 0..9), proptest::bool::ANY, proptest::bool::ANY), 1..12),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let counters = Arc::new(IoCounters::default());
+            let cache = Arc::new(IndexCache::new(1 << 20));
+            let mut w = RunWriter::create(dir.path(), 1, IoMode::Buffered, counters).unwrap();
+            let model: Vec<(CollId, Vec<u8>, u64)> =
+                keys.into_iter().enumerate().map(|(i, (c, k))| (c, k, i as u64 + 1)).collect();
+            for (c, k, s) in &model {
+                w.add(*c, k, &entry(*s)).unwrap();
+            }
+            let run = Arc::new(w.finish(cache).unwrap());
+            for (coll, key, reverse, whole) in seeks {
+                let key = (!whole).then_some(key);
+                let mut c = RunCursor::seek(run.clone(), coll, key.as_deref(), reverse).unwrap();
+                let mut got = Vec::new();
+                while let Some((gc, gk, e)) = c.peek() {
+                    got.push((gc, gk.to_vec(), e.seqno));
+                    c.advance().unwrap();
+                }
+                fn at(m: &(CollId, Vec<u8>, u64)) -> (CollId, &[u8]) {
+                    (m.0, m.1.as_slice())
+                }
+                let want: Vec<(CollId, Vec<u8>, u64)> = match (&key, reverse) {
+                    (Some(k), false) => model.iter().filter(|m| at(m) >= (coll, k.as_slice())).cloned().collect(),
+                    (None, false) => model.iter().filter(|m| m.0 >= coll).cloned().collect(),
+                    (Some(k), true) => model.iter().rev().filter(|m| at(m) <= (coll, k.as_slice())).cloned().collect(),
+                    (None, true) => model.iter().rev().filter(|m| m.0 <= coll).cloned().collect(),
+                };
+                proptest::prop_assert_eq!(got, want);
+            }
+        }
     }
 
     #[test]

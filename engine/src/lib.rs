@@ -26,6 +26,7 @@ mod changes;
 mod check;
 mod checkpoint;
 mod codec;
+mod data_block;
 mod db;
 mod entry;
 mod error;
@@ -65,10 +66,11 @@ pub use stats::{SegmentStats, Stats};
 pub mod decoders {
     use std::path::Path;
 
-    /// Decodes a log block (header, checksum, decompression) and walks its records.
+    /// Decodes a log block (header, checksum, decompression) and indexes its records
+    /// as the data cache does.
     pub fn log_block(b: &[u8]) {
         if let Ok((_, raw)) = crate::block::decode(b, Path::new("fuzz"), 0) {
-            for _ in crate::record::RecordIter::new(&raw) {}
+            let _ = crate::data_block::DataBlock::new(raw);
         }
     }
     /// Decodes a segment footer.
@@ -79,6 +81,10 @@ pub mod decoders {
     pub fn index_block(b: &[u8]) {
         let _ = crate::index_block::verify_block(b);
         let _ = crate::index_block::decode_block_entries(b);
+        let mut g = crate::index_block::Group::default();
+        for i in 0..crate::index_block::group_count(b).unwrap_or(0) {
+            let _ = crate::index_block::decode_group(b, i, &mut g);
+        }
     }
     /// Decodes a checkpoint file.
     pub fn checkpoint(b: &[u8]) {

@@ -8,6 +8,7 @@
 use crate::aligned::{AlignedBuf, PAGE};
 use crate::block::{BlockBuilder, FLAG_CONTINUES};
 use crate::codec::{align_down, align_up};
+use crate::data_block::DataBlock;
 use crate::error::{Error, Result};
 use crate::io::{sync_dir, DataFile, IoCounters, IoMode};
 use crate::options::Compression;
@@ -232,7 +233,10 @@ impl LogWriter {
             return Ok(());
         }
         let off = self.end();
-        let raw = Arc::new(self.open.raw().to_vec());
+        let raw_len = self.open.raw_len();
+        let cached = Arc::new(
+            DataBlock::new(self.open.raw().to_vec()).expect("records the writer encoded decode"),
+        );
         let nrecs = self.open.nrecs();
         self.scratch.clear();
         self.open
@@ -243,13 +247,13 @@ impl LogWriter {
         let info = BlockInfo {
             off,
             len: self.scratch.len() as u32,
-            raw_len: raw.len() as u32,
+            raw_len: raw_len as u32,
             min_seqno: h.min_seqno,
             max_seqno: h.max_seqno,
             flags,
         };
-        self.cache
-            .insert((self.seg.id, off), raw.clone(), raw.len());
+        let charge = cached.charge();
+        self.cache.insert((self.seg.id, off), cached, charge);
         let data = std::mem::take(&mut self.scratch);
         let res = self.append(&data);
         self.scratch = data;

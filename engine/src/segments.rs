@@ -1,6 +1,7 @@
 //! Live segment handles shared by writers, readers, snapshots and GC.
 
 use crate::cache::ClockCache;
+use crate::data_block::DataBlock;
 use crate::io::DataFile;
 use crate::segment::{BlockInfo, SegId};
 use parking_lot::RwLock;
@@ -9,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Cache of decompressed log block payloads, keyed by (segment, block offset).
-pub type DataCache = ClockCache<(SegId, u64), Vec<u8>>;
+pub type DataCache = ClockCache<(SegId, u64), DataBlock>;
 
 /// One log segment in use. The file is deleted when GC retired the segment and the
 /// last reference (index read, iterator or snapshot) is gone.

@@ -144,6 +144,9 @@ struct MemSource {
     buf: VecDeque<(MemKey, IndexEntry)>,
     exhausted: bool,
     snap: Seqno,
+    /// Entries copied out per refill: small first (a short scan copies little), then
+    /// doubling up to 256.
+    chunk: usize,
 }
 
 impl MemSource {
@@ -174,6 +177,7 @@ impl MemSource {
             buf: VecDeque::new(),
             exhausted: false,
             snap,
+            chunk: 16,
         };
         s.fill();
         s
@@ -181,10 +185,15 @@ impl MemSource {
 
     fn fill(&mut self) {
         while self.buf.is_empty() && !self.exhausted {
-            let chunk = self
-                .mt
-                .chunk(bound_ref(&self.lo), bound_ref(&self.hi), self.reverse, 256);
-            if chunk.len() < 256 {
+            let limit = self.chunk;
+            self.chunk = (self.chunk * 2).min(256);
+            let chunk = self.mt.chunk(
+                bound_ref(&self.lo),
+                bound_ref(&self.hi),
+                self.reverse,
+                limit,
+            );
+            if chunk.len() < limit {
                 self.exhausted = true;
             }
             if let Some((last, _)) = chunk.last() {
@@ -229,7 +238,7 @@ impl Source {
             Source::Run(c, coll) => c
                 .peek()
                 .filter(|(cc, _, _)| cc == coll)
-                .map(|(_, k, e)| (&**k, *e)),
+                .map(|(_, k, e)| (k, e)),
         }
     }
 
@@ -255,7 +264,8 @@ pub struct ScanIter {
     sources: Vec<Source>,
     started: bool,
     failed: bool,
-    ready: VecDeque<(Vec<u8>, Vec<u8>)>,
+    /// Upcoming winners, with their values once read.
+    ready: VecDeque<(Vec<u8>, IndexEntry, Option<Vec<u8>>)>,
     batch: usize,
 }
 
@@ -331,40 +341,55 @@ impl ScanIter {
         )
     }
 
-    /// Next (key, value): values are fetched for a batch of upcoming keys at a time
-    /// (8, doubling up to 64), so their block reads go to the device together.
+    /// Next (key, value). A value whose block is cached is read at once; on a miss the
+    /// values of a batch of upcoming keys (8, doubling up to 64) are read together, so
+    /// their block reads go to the device in one submission.
     fn next_entry(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         if !self.started {
             self.started = true;
             self.start()?;
         }
         if self.ready.is_empty() {
-            let mut batch = Vec::with_capacity(self.batch);
-            while batch.len() < self.batch {
+            match self.next_winner()? {
+                Some((k, e)) => self.ready.push_back((k, e, None)),
+                None => return Ok(None),
+            }
+        }
+        let inner = self.snap.inner.clone();
+        let (key, e, value) = self.ready.front_mut().expect("filled above");
+        if value.is_none() {
+            *value = inner.cached_value(self.coll, key, e, Some(&self.snap.segs))?;
+        }
+        if value.is_none() {
+            while self.ready.len() < self.batch {
                 match self.next_winner()? {
-                    Some(x) => batch.push(x),
+                    Some((k, e)) => self.ready.push_back((k, e, None)),
                     None => break,
                 }
             }
             self.batch = (self.batch * 2).min(64);
-            let items: Vec<(&[u8], IndexEntry)> =
-                batch.iter().map(|(k, e)| (k.as_slice(), *e)).collect();
-            let values = self
-                .snap
-                .inner
-                .read_values(self.coll, &items, Some(&self.snap.segs))?;
-            for ((key, e), v) in batch.into_iter().zip(values) {
+            let want: Vec<usize> = (0..self.ready.len())
+                .filter(|&i| self.ready[i].2.is_none())
+                .collect();
+            let items: Vec<(&[u8], IndexEntry)> = want
+                .iter()
+                .map(|&i| (self.ready[i].0.as_slice(), self.ready[i].1))
+                .collect();
+            let values = inner.read_values(self.coll, &items, Some(&self.snap.segs))?;
+            for (i, v) in want.into_iter().zip(values) {
+                let (_, e, slot) = &mut self.ready[i];
                 let Some(v) = v else {
                     return Err(Error::corruption(
-                        crate::segment::segment_path(&self.snap.inner.dir, e.loc.seg),
+                        crate::segment::segment_path(&inner.dir, e.loc.seg),
                         e.loc.off,
                         "scan found an index entry pointing to a segment that no longer exists",
                     ));
                 };
-                self.ready.push_back((key, v));
+                *slot = Some(v);
             }
         }
-        Ok(self.ready.pop_front())
+        let (key, _, value) = self.ready.pop_front().expect("filled above");
+        Ok(Some((key, value.expect("read above"))))
     }
 
     /// The next visible, in-range key and its winning index entry.

@@ -150,11 +150,7 @@ impl ChangeIter {
         let mut recs = Vec::new();
         for item in RecordIter::new(payload.payload()) {
             let (_, r) = item.map_err(|at| {
-                crate::Error::corruption(
-                    src.seg.file.path(),
-                    src.info.off,
-                    format!("record at payload offset {at} malformed"),
-                )
+                crate::Error::malformed_record(src.seg.file.path(), src.info.off, at)
             })?;
             if r.kind == Kind::Catalog || r.seqno <= self.since || r.seqno > self.upto {
                 continue;
@@ -165,16 +161,7 @@ impl ChangeIter {
             if garbage.is_dead(src.seg.id, r.seqno) {
                 continue;
             }
-            recs.push((
-                r.seqno,
-                OwnedRecord {
-                    kind: r.kind,
-                    coll: r.coll,
-                    seqno: r.seqno,
-                    key: r.key.to_vec(),
-                    value: r.value.to_vec(),
-                },
-            ));
+            recs.push((r.seqno, OwnedRecord::from(r)));
         }
         recs.sort_by_key(|r| r.0);
         self.srcs[i].recs = Some(recs.into());

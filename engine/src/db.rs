@@ -141,6 +141,37 @@ pub(crate) struct OwnedRecord {
     pub value: Vec<u8>,
 }
 
+/// Background loop of `Durability::SyncEveryMs`: one shared fdatasync per interval.
+fn periodic_sync_thread(inner: &Arc<Inner>) {
+    let Durability::SyncEveryMs(ms) = inner.opts.durability else {
+        return;
+    };
+    while !inner.shutdown.load(Ordering::SeqCst) {
+        {
+            let mut g = inner.bg_mutex.lock();
+            inner
+                .bg_cond
+                .wait_for(&mut g, Duration::from_millis(ms.max(1)));
+        }
+        let target = inner.commit_no.load(Ordering::SeqCst);
+        if let Err(e) = inner.sync_upto(target) {
+            tracing::error!("periodic sync failed: {e}");
+        }
+    }
+}
+
+impl From<RecordRef<'_>> for OwnedRecord {
+    fn from(r: RecordRef<'_>) -> Self {
+        OwnedRecord {
+            kind: r.kind,
+            coll: r.coll,
+            seqno: r.seqno,
+            key: r.key.to_vec(),
+            value: r.value.to_vec(),
+        }
+    }
+}
+
 /// What a commit writes: user operations or GC copies.
 pub(crate) enum CommitOps<'a> {
     User(Vec<(CollId, Kind, &'a [u8], &'a [u8])>),
@@ -370,13 +401,8 @@ impl Db {
                     let scan = scan_blocks(&file, start, limit, |off, _h, bytes| {
                         let (_, raw) = crate::block::decode(bytes, &path, off)?;
                         for item in RecordIter::new(&raw) {
-                            let (_, r) = item.map_err(|at| {
-                                Error::corruption(
-                                    &path,
-                                    off,
-                                    format!("record at payload offset {at} malformed"),
-                                )
-                            })?;
+                            let (_, r) =
+                                item.map_err(|at| Error::malformed_record(&path, off, at))?;
                             next_seqno = next_seqno.max(r.seqno + 1);
                             match r.kind {
                                 Kind::Catalog => {
@@ -593,50 +619,22 @@ impl Db {
 
     fn start_background(&self) {
         let mut threads = self._guard.threads.lock();
-        let inner = self.inner.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("basalt-flush".into())
-                .spawn(move || crate::flush::flush_thread(&inner))
-                .expect("spawn flush thread"),
-        );
-        let inner = self.inner.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("basalt-merge".into())
-                .spawn(move || crate::flush::merge_thread(&inner))
-                .expect("spawn merge thread"),
-        );
+        let mut spawn = |name: &str, body: fn(&Arc<Inner>)| {
+            let inner = self.inner.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("basalt-{name}"))
+                    .spawn(move || body(&inner))
+                    .unwrap_or_else(|e| panic!("spawn {name} thread: {e}")),
+            );
+        };
+        spawn("flush", crate::flush::flush_thread);
+        spawn("merge", crate::flush::merge_thread);
         if self.inner.opts.background_gc {
-            let inner = self.inner.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("basalt-gc".into())
-                    .spawn(move || crate::gc::gc_thread(&inner))
-                    .expect("spawn gc thread"),
-            );
+            spawn("gc", crate::gc::gc_thread);
         }
-        if let Durability::SyncEveryMs(ms) = self.inner.opts.durability {
-            let inner = self.inner.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("basalt-sync".into())
-                    .spawn(move || {
-                        while !inner.shutdown.load(Ordering::SeqCst) {
-                            {
-                                let mut g = inner.bg_mutex.lock();
-                                inner
-                                    .bg_cond
-                                    .wait_for(&mut g, Duration::from_millis(ms.max(1)));
-                            }
-                            let target = inner.commit_no.load(Ordering::SeqCst);
-                            if let Err(e) = inner.sync_upto(target) {
-                                tracing::error!("periodic sync failed: {e}");
-                            }
-                        }
-                    })
-                    .expect("spawn sync thread"),
-            );
+        if let Durability::SyncEveryMs(_) = self.inner.opts.durability {
+            spawn("sync", periodic_sync_thread);
         }
     }
 
@@ -1375,13 +1373,10 @@ impl Inner {
                 ));
             }
             let (_, raw) = crate::block::decode(&r.buf[skip..end], seg.file.path(), *off)?;
-            let block = Arc::new(DataBlock::new(raw).map_err(|at| {
-                Error::corruption(
-                    seg.file.path(),
-                    *off,
-                    format!("record at payload offset {at} malformed"),
-                )
-            })?);
+            let block = Arc::new(
+                DataBlock::new(raw)
+                    .map_err(|at| Error::malformed_record(seg.file.path(), *off, at))?,
+            );
             self.data_cache
                 .insert((seg.id, *off), block.clone(), block.charge());
             out.push(block);

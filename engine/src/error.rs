@@ -80,6 +80,16 @@ impl Error {
         }
     }
 
+    /// A record inside a verified block that does not decode: the block's file and
+    /// offset, and the record's offset in the uncompressed payload.
+    pub fn malformed_record(file: impl Into<PathBuf>, block_off: u64, at: usize) -> Self {
+        Error::corruption(
+            file,
+            block_off,
+            format!("record at payload offset {at} malformed"),
+        )
+    }
+
     /// The closest `errno` for this error (used by the FUSE layer).
     pub fn errno(&self) -> i32 {
         match self {

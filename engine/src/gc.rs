@@ -130,23 +130,9 @@ pub(crate) fn read_segment_records(
             }
             let (_, raw) = crate::block::decode(&buf[s..e], seg.file.path(), b.off)?;
             for item in RecordIter::new(&raw) {
-                let (_, r) = item.map_err(|at| {
-                    Error::corruption(
-                        seg.file.path(),
-                        b.off,
-                        format!("record at payload offset {at} malformed"),
-                    )
-                })?;
-                f(
-                    b.off,
-                    OwnedRecord {
-                        kind: r.kind,
-                        coll: r.coll,
-                        seqno: r.seqno,
-                        key: r.key.to_vec(),
-                        value: r.value.to_vec(),
-                    },
-                )?;
+                let (_, r) =
+                    item.map_err(|at| Error::malformed_record(seg.file.path(), b.off, at))?;
+                f(b.off, OwnedRecord::from(r))?;
             }
         }
         i = j;

@@ -35,6 +35,16 @@ impl WriteBatch {
         self
     }
 
+    /// Adds a put whose key and value the batch takes over (no copy).
+    pub fn put_owned(&mut self, collection: &str, key: Vec<u8>, value: Vec<u8>) -> &mut Self {
+        self.ops.push(BatchOp::Put {
+            collection: collection.to_string(),
+            key,
+            value,
+        });
+        self
+    }
+
     /// Adds a delete.
     pub fn delete(&mut self, collection: &str, key: &[u8]) -> &mut Self {
         self.ops.push(BatchOp::Delete {
@@ -54,6 +64,11 @@ impl WriteBatch {
 
     pub fn ops(&self) -> &[BatchOp] {
         &self.ops
+    }
+
+    /// The operations, handed back (e.g. to keep the data of a batch that failed).
+    pub fn into_ops(self) -> Vec<BatchOp> {
+        self.ops
     }
 
     /// Sum of key and value bytes.

@@ -78,6 +78,10 @@ impl BlockHeader {
     }
 }
 
+/// Bytes of a block's payload compressed as a trial before the whole block, when the
+/// previous block did not compress.
+pub const PROBE_LEN: usize = 4096;
+
 /// Accumulates records for the next block.
 #[derive(Default)]
 pub struct BlockBuilder {
@@ -85,6 +89,39 @@ pub struct BlockBuilder {
     nrecs: u16,
     min_seqno: Seqno,
     max_seqno: Seqno,
+    /// The last sealed block was stored raw because compression did not pay: the next
+    /// one is compressed only if a [`PROBE_LEN`] sample of it compresses.
+    incompressible: bool,
+}
+
+/// Compresses `raw` into `out` (which the caller truncated to the payload start);
+/// returns the compressed length.
+fn compress_into(raw: &[u8], out: &mut Vec<u8>, compression: Compression) -> Option<usize> {
+    let start = out.len();
+    match compression {
+        Compression::None => None,
+        Compression::Lz4 => {
+            out.resize(
+                start + lz4_flex::block::get_maximum_output_size(raw.len()),
+                0,
+            );
+            let n = lz4_flex::block::compress_into(raw, &mut out[start..])
+                .expect("lz4 output sized by its bound");
+            Some(n)
+        }
+        Compression::Zstd(level) => {
+            let c = zstd::bulk::compress(raw, level).expect("zstd compress in memory");
+            out.extend_from_slice(&c);
+            Some(c.len())
+        }
+    }
+}
+
+/// Whether `compressed` bytes are worth storing for `raw` bytes: they must save at
+/// least an eighth (RocksDB's rule), or decompressing on every read costs more than the
+/// space saved.
+fn pays(compressed: usize, raw: usize) -> bool {
+    compressed <= raw - raw / 8
 }
 
 impl BlockBuilder {
@@ -120,29 +157,32 @@ impl BlockBuilder {
         &self.raw
     }
 
-    /// Compresses and frames the block, appending it to `out`; resets the builder.
-    pub fn seal_into(&mut self, out: &mut Vec<u8>, compression: Compression, flags: u8) {
+    /// Compresses and frames the block, appending it to `out`; resets the builder and
+    /// returns the uncompressed payload.
+    ///
+    /// A block is stored compressed only when that saves at least an eighth. After a
+    /// block that did not compress (random or already compressed data), the next one
+    /// is first probed with a [`PROBE_LEN`] sample, so incompressible streams cost a
+    /// trial of 4 KiB per block instead of a full compression.
+    pub fn seal_into(&mut self, out: &mut Vec<u8>, compression: Compression, flags: u8) -> Vec<u8> {
         let start = out.len();
         out.resize(start + HEADER_LEN, 0);
-        let (code, payload_len) = match compression {
-            Compression::None => (0u8, None),
-            Compression::Lz4 => {
-                let bound = lz4_flex::block::get_maximum_output_size(self.raw.len());
-                out.resize(start + HEADER_LEN + bound, 0);
-                let n = lz4_flex::block::compress_into(&self.raw, &mut out[start + HEADER_LEN..])
-                    .expect("lz4 output sized by its bound");
-                (1, Some(n))
-            }
-            Compression::Zstd(level) => {
-                let c = zstd::bulk::compress(&self.raw, level).expect("zstd compress in memory");
+        let worth_trying = compression != Compression::None
+            && (!self.incompressible || self.raw.len() <= PROBE_LEN || {
+                let sample = &self.raw[..PROBE_LEN];
+                let n = compress_into(sample, out, compression);
                 out.truncate(start + HEADER_LEN);
-                out.extend_from_slice(&c);
-                (2, Some(c.len()))
-            }
+                n.is_some_and(|n| pays(n, sample.len()))
+            });
+        let compressed = if worth_trying {
+            compress_into(&self.raw, out, compression).filter(|&n| pays(n, self.raw.len()))
+        } else {
+            None
         };
-        // Fall back to storing raw bytes when compression does not help.
-        let (code, payload_len) = match payload_len {
-            Some(n) if n < self.raw.len() => (code, n),
+        self.incompressible = compression != Compression::None && compressed.is_none();
+        let (code, payload_len) = match (compressed, compression) {
+            (Some(n), Compression::Lz4) => (1u8, n),
+            (Some(n), Compression::Zstd(_)) => (2u8, n),
             _ => {
                 out.truncate(start + HEADER_LEN);
                 out.extend_from_slice(&self.raw);
@@ -162,8 +202,9 @@ impl BlockBuilder {
         h[32..40].copy_from_slice(&self.max_seqno.to_le_bytes());
         let crc = crc32c::crc32c(&out[start + 8..]);
         out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-        self.raw.clear();
         self.nrecs = 0;
+        let capacity = self.raw.capacity();
+        std::mem::replace(&mut self.raw, Vec::with_capacity(capacity))
     }
 }
 
@@ -249,6 +290,70 @@ mod tests {
                 .collect();
             assert_eq!(recs, (100..150).collect::<Vec<_>>());
         }
+    }
+
+    /// Incompressible bytes (a splitmix64 stream, so the test needs no RNG crate).
+    fn noise(n: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let mut z = x;
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                (z ^ (z >> 31)) as u8
+            })
+            .collect()
+    }
+
+    /// Seals one record holding `value`; returns the stored compression code.
+    fn seal_code(b: &mut BlockBuilder, value: &[u8], c: Compression) -> u8 {
+        b.add(&rec(1, b"k", value));
+        let mut out = Vec::new();
+        let raw = b.seal_into(&mut out, c, 0);
+        let (h, decoded) = decode(&out, Path::new("t"), 0).unwrap();
+        assert_eq!(decoded, raw, "the returned payload is the block's content");
+        h.compression
+    }
+
+    #[test]
+    fn incompressible_blocks_are_stored_raw_and_the_next_block_is_probed_first() {
+        for c in [Compression::Lz4, Compression::Zstd(3)] {
+            // Compressible only after its first 4 KiB: a full trial compresses it.
+            let mut late = noise(PROBE_LEN + 64, 7);
+            late.resize(64 << 10, b'z');
+            let mut fresh = BlockBuilder::default();
+            assert_ne!(seal_code(&mut fresh, &late, c), 0, "{c:?}: tried in full");
+            // After an incompressible block the same content fails the 4 KiB probe and
+            // is stored raw; a block that compresses from its start is still compressed.
+            let mut b = BlockBuilder::default();
+            assert_eq!(seal_code(&mut b, &noise(64 << 10, 1), c), 0, "{c:?}: noise");
+            assert_eq!(seal_code(&mut b, &late, c), 0, "{c:?}: probe says raw");
+            assert_ne!(
+                seal_code(&mut b, &[b'a'; 64 << 10], c),
+                0,
+                "{c:?}: probe passes"
+            );
+            assert_ne!(seal_code(&mut b, &late, c), 0, "{c:?}: full trial again");
+        }
+    }
+
+    #[test]
+    fn compression_saving_less_than_an_eighth_is_not_kept() {
+        // Seven eighths noise, one eighth zeros: lz4 saves a little under an eighth.
+        let mut v = noise(56 << 10, 3);
+        v.resize(64 << 10, 0);
+        v[(56 << 10)..(56 << 10) + 1024].copy_from_slice(&noise(1024, 4));
+        assert_eq!(
+            seal_code(&mut BlockBuilder::default(), &v, Compression::Lz4),
+            0
+        );
+        let mut v = noise(48 << 10, 3);
+        v.resize(64 << 10, 0);
+        assert_eq!(
+            seal_code(&mut BlockBuilder::default(), &v, Compression::Lz4),
+            1
+        );
     }
 
     #[test]

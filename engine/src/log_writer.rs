@@ -234,13 +234,12 @@ impl LogWriter {
         }
         let off = self.end();
         let raw_len = self.open.raw_len();
-        let cached = Arc::new(
-            DataBlock::new(self.open.raw().to_vec()).expect("records the writer encoded decode"),
-        );
         let nrecs = self.open.nrecs();
         self.scratch.clear();
-        self.open
+        let raw = self
+            .open
             .seal_into(&mut self.scratch, self.compression, flags);
+        let cached = Arc::new(DataBlock::new(raw).expect("records the writer encoded decode"));
         let h =
             crate::block::BlockHeader::parse(&self.scratch).expect("freshly sealed block parses");
         debug_assert_eq!(h.nrecs, nrecs);

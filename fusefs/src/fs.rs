@@ -1,5 +1,6 @@
 //! Namespace and data operations on the in-memory state (no FUSE types here).
 
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, SystemTime};
@@ -468,10 +469,13 @@ impl State {
             let n = self.node_mut(ino)?;
             let c = n.dirty.get_mut(&idx).ok_or(e(libc::EIO))?;
             let before = c.data.len();
-            if c.data.len() < off + src.len() {
-                c.data.resize(off + src.len(), 0);
+            // Zero only a gap before the write; bytes past the end are appended.
+            if before < off {
+                c.data.resize(off, 0);
             }
-            c.data[off..off + src.len()].copy_from_slice(src);
+            let overlap = c.data.len().min(off + src.len()) - off;
+            c.data[off..off + overlap].copy_from_slice(&src[..overlap]);
+            c.data.extend_from_slice(&src[overlap..]);
             n.dirty_bytes += c.data.len() - before;
             pos = wend;
         }
@@ -579,7 +583,11 @@ impl State {
                 let (a, z) = ((pos - start) as usize, (cend - start) as usize);
                 let n = self.node(ino)?;
                 let src = match n.dirty.get(&idx) {
-                    Some(c) => ReadSource::Bytes(slice_padded(&c.data, a, z)),
+                    Some(c) => {
+                        let mut b = Vec::with_capacity(z - a);
+                        extend_padded(&mut b, &c.data, a, z);
+                        ReadSource::Bytes(b)
+                    }
                     None => match self.chunk_location(ino, idx)? {
                         Some(key) => ReadSource::Key { key, a, z },
                         None => ReadSource::Bytes(vec![0; z - a]),
@@ -635,14 +643,15 @@ impl State {
     }
 }
 
-fn slice_padded(d: &[u8], a: usize, z: usize) -> Vec<u8> {
-    let mut out = vec![0u8; z - a];
-    if a < d.len() {
-        let m = d.len().min(z);
-        out[..m - a].copy_from_slice(&d[a..m]);
-    }
-    out
+/// Appends bytes `a..z` of `d` to `out`, zeros where `d` is shorter (a hole).
+fn extend_padded(out: &mut Vec<u8>, d: &[u8], a: usize, z: usize) {
+    let have = d.get(a..z.min(d.len())).unwrap_or(&[]);
+    out.extend_from_slice(have);
+    out.resize(out.len() + (z - a - have.len()), 0);
 }
+
+/// The values of one collection's `multi_get`, taken in key order.
+type Fetched = std::vec::IntoIter<Option<Vec<u8>>>;
 
 /// Where each piece of a read comes from.
 pub enum ReadSource {
@@ -657,34 +666,59 @@ pub struct ReadPlan {
 }
 
 impl ReadPlan {
-    /// Fetches the engine pieces and assembles the bytes.
+    /// Whether every piece is already in memory (no engine read needed).
+    pub fn in_memory(&self) -> bool {
+        self.parts.iter().all(|p| matches!(p, ReadSource::Bytes(_)))
+    }
+
+    /// Fetches the engine pieces (all in one `multi_get`) and assembles the bytes.
     pub fn execute(self, db: &basalt_engine::Db) -> Result<Vec<u8>, Errno> {
-        let mut out = Vec::new();
-        let handle = if self
-            .parts
-            .iter()
-            .any(|p| matches!(p, ReadSource::Key { .. }))
-        {
-            Some(
-                db.collection(&self.coll)
-                    .map_err(|err| engine_err(&self.coll, b"", &err))?,
-            )
-        } else {
-            None
-        };
-        for p in self.parts {
-            match p {
-                ReadSource::Bytes(b) => out.extend_from_slice(&b),
-                ReadSource::Key { key, a, z } => {
-                    let h = handle.as_ref().ok_or(e(libc::EIO))?;
-                    let d = h
-                        .get(&key)
-                        .map_err(|err| engine_err(&self.coll, &key, &err))?
-                        .unwrap_or_default();
-                    out.extend_from_slice(&slice_padded(&d, a, z));
+        let mut r = ReadPlan::execute_all(vec![self], db);
+        r.pop().unwrap_or(Err(e(libc::EIO)))
+    }
+
+    /// Executes many plans with one engine `multi_get` per collection (one io_uring
+    /// submission for all their reads); results in the order of `plans`.
+    pub fn execute_all(
+        plans: Vec<ReadPlan>,
+        db: &basalt_engine::Db,
+    ) -> Vec<Result<Vec<u8>, Errno>> {
+        let mut by_coll: BTreeMap<&str, Vec<&[u8]>> = BTreeMap::new();
+        for p in &plans {
+            for part in &p.parts {
+                if let ReadSource::Key { key, .. } = part {
+                    by_coll.entry(&p.coll).or_default().push(key);
                 }
             }
         }
-        Ok(out)
+        let mut fetched: BTreeMap<&str, Result<Fetched, Errno>> = BTreeMap::new();
+        for (coll, keys) in by_coll {
+            let r = db
+                .multi_get(coll, &keys)
+                .map(|v| v.into_iter())
+                .map_err(|err| engine_err(coll, keys[0], &err));
+            fetched.insert(coll, r);
+        }
+        plans
+            .iter()
+            .map(|p| {
+                let mut out = Vec::new();
+                for part in &p.parts {
+                    match part {
+                        ReadSource::Bytes(b) => out.extend_from_slice(b),
+                        ReadSource::Key { a, z, .. } => {
+                            let values = fetched
+                                .get_mut(p.coll.as_str())
+                                .ok_or(e(libc::EIO))?
+                                .as_mut()
+                                .map_err(|err| *err)?;
+                            let d = values.next().ok_or(e(libc::EIO))?.unwrap_or_default();
+                            extend_padded(&mut out, &d, *a, *z);
+                        }
+                    }
+                }
+                Ok(out)
+            })
+            .collect()
     }
 }

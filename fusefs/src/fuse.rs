@@ -15,8 +15,9 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::fs::{Caller, NewNode};
+use crate::fs::{Caller, NewNode, ReadPlan};
 use crate::layout::Kind;
+use crate::read_pool::ReadPool;
 use crate::state::{Errno, Node, State, ROOT_INO};
 use crate::views::{self, Virtual};
 
@@ -32,6 +33,9 @@ pub struct FsOptions {
     pub readdirplus: bool,
     pub max_write: u32,
     pub flush_interval: Duration,
+    /// Threads serving queued engine reads beside the FUSE workers, each in batches
+    /// (`-o read_threads=N`).
+    pub read_threads: usize,
 }
 
 /// An open file or directory.
@@ -59,6 +63,8 @@ pub struct Shared {
     /// Set once the session ended (unmounted from inside or outside).
     pub done: Mutex<bool>,
     pub done_cv: Condvar,
+    /// Engine reads in flight off the FUSE workers.
+    reads: ReadPool<(ReadPlan, ReplyData)>,
 }
 
 impl Shared {
@@ -68,9 +74,9 @@ impl Shared {
         virt.insert(views::STATS_INO, Virtual::Stats);
         virt.insert(views::HEALTH_INO, Virtual::Health);
         virt.insert(views::CHANGES_INO, Virtual::ChangesDir);
+        let db = state.db.clone();
         Shared {
             state: Mutex::new(state),
-            opts,
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             virt: Mutex::new(virt),
@@ -78,6 +84,19 @@ impl Shared {
             health,
             done: Mutex::new(false),
             done_cv: Condvar::new(),
+            reads: {
+                ReadPool::new(
+                    opts.read_threads,
+                    move |batch: Vec<(ReadPlan, ReplyData)>| {
+                        let (plans, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+                        for (r, reply) in ReadPlan::execute_all(plans, &db).into_iter().zip(replies)
+                        {
+                            send_read(r, reply);
+                        }
+                    },
+                )
+            },
+            opts,
         }
     }
 
@@ -637,6 +656,13 @@ impl BasaltFs {
     }
 }
 
+fn send_read(r: Result<Vec<u8>, Errno>, reply: ReplyData) {
+    match r {
+        Ok(d) => reply.data(&d),
+        Err(e) => reply.error(ferr(e)),
+    }
+}
+
 fn reply_empty(reply: ReplyEmpty, r: Result<(), Errno>) {
     match r {
         Ok(()) => reply.ok(),
@@ -891,9 +917,10 @@ impl Filesystem for BasaltFs {
             st.plan_read(ino.0, offset, size)
                 .map(|p| (p, st.db.clone()))
         };
-        match plan.and_then(|(p, db)| p.execute(&db)) {
-            Ok(d) => reply.data(&d),
+        match plan {
             Err(e) => reply.error(ferr(e)),
+            Ok((p, db)) if p.in_memory() => send_read(p.execute(&db), reply),
+            Ok((p, _)) => self.shared.reads.run((p, reply)),
         }
     }
 

@@ -9,6 +9,7 @@ mod fuse;
 pub mod layout;
 mod load;
 mod mount;
+mod read_pool;
 mod state;
 mod views;
 

@@ -14,6 +14,10 @@ use crate::layout::Kind;
 use crate::state::{Node, State, FIRST_INO, ROOT_INO};
 use crate::FsError;
 
+/// Threads serving queued engine reads by default. Each takes every read queued at
+/// once into one `multi_get`, so the queue depth comes from batching, not threads.
+pub const DEFAULT_READ_THREADS: usize = 2;
+
 /// How to mount (the appliance fills this from its command line).
 #[derive(Clone, Default)]
 pub struct MountConfig {
@@ -26,7 +30,7 @@ pub struct MountConfig {
     /// Extra `-o` options: `ro`, `noatime`, `nosuid`, `nodev`, `noexec`, `dirsync`,
     /// `sync`, `fsname=`, `subtype=`, `writeback_cache`, `no_writeback_cache`,
     /// `no_readdirplus`, `attr_timeout=SECS`, `entry_timeout=SECS`,
-    /// `flush_interval_ms=MS`, `max_write=BYTES`.
+    /// `flush_interval_ms=MS`, `max_write=BYTES`, `read_threads=N` (1..=256).
     pub options: Vec<String>,
     /// Chunk size of large files; 0 = [`crate::DEFAULT_CHUNK_SIZE`].
     pub chunk_size: usize,
@@ -64,6 +68,7 @@ fn parse_options(cfg: &MountConfig) -> Result<(FsOptions, Vec<MountOption>), FsE
         readdirplus: true,
         max_write: 1 << 20,
         flush_interval: Duration::from_millis(1000),
+        read_threads: DEFAULT_READ_THREADS,
     };
     let mut m = vec![
         MountOption::FSName("basalt".into()),
@@ -102,6 +107,13 @@ fn parse_options(cfg: &MountConfig) -> Result<(FsOptions, Vec<MountOption>), FsE
                     .ok()
                     .filter(|&x| x > 0)
                     .map(Duration::from_millis)
+                    .ok_or_else(|| FsError::InvalidOption(opt.to_string()))?
+            }
+            "read_threads" => {
+                o.read_threads = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&x| (1..=256).contains(&x))
                     .ok_or_else(|| FsError::InvalidOption(opt.to_string()))?
             }
             "max_write" => {

@@ -9,7 +9,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::time::SystemTime;
 
-use basalt_engine::{Db, Direction, WriteBatch};
+use basalt_engine::{BatchOp, Db, Direction, WriteBatch};
 
 use crate::layout::{self, InodeRecord, Kind, Manifest, Storage};
 
@@ -202,14 +202,18 @@ impl Batch {
         if self.ops.is_empty() {
             return Ok(());
         }
+        db.write(&self.into_write_batch()).map(|_| ())
+    }
+    /// The engine batch, values moved into it (no copy).
+    pub fn into_write_batch(self) -> WriteBatch {
         let mut b = WriteBatch::new();
-        for ((c, k), v) in &self.ops {
+        for ((c, k), v) in self.ops {
             match v {
-                Some(v) => b.put(c, k, v),
-                None => b.delete(c, k),
+                Some(v) => b.put_owned(&c, k, v),
+                None => b.delete(&c, &k),
             };
         }
-        db.write(&b).map(|_| ())
+        b
     }
 }
 
@@ -407,7 +411,8 @@ impl State {
         Ok(())
     }
 
-    /// Writes a file's dirty data and attributes in one batch.
+    /// Writes a file's dirty data and attributes in one batch. The dirty chunks move
+    /// into the batch without a copy; if the engine refuses it they stay dirty.
     pub fn flush_node(&mut self, ino: u64) -> Result<(), Errno> {
         let Some(n) = self.nodes.get(&ino) else {
             self.dirty_nodes.remove(&ino);
@@ -418,78 +423,72 @@ impl State {
             return Ok(());
         }
         let coll = self.coll_name(n.coll)?.to_string();
-        let mut b = Batch::default();
         let linked = !n.links.is_empty() || self.colls.get(&n.coll).map(|c| c.root) == Some(ino);
+        let needs_record = linked || n.open > 0;
+        // Everything that can fail comes first, while the chunks are still in the node.
+        let mut b = Batch::default();
         if n.kind == Kind::File {
-            let cs = n.chunk_size;
             if let Some(from) = n.delete_chunks_from {
-                let prefix = layout::chunk_key_prefix(n.fid);
-                let lo = layout::chunk_key(n.fid, from);
-                let iter = self
-                    .db
-                    .collection(&coll)
-                    .and_then(|c| {
-                        let mut hi = prefix.clone();
-                        hi.extend_from_slice(&[0xff; 9]);
-                        c.scan(
-                            std::ops::Bound::Included(&lo[..]),
-                            std::ops::Bound::Excluded(&hi[..]),
-                            Direction::Forward,
-                        )
-                    })
-                    .map_err(|e| engine_err(&coll, &lo, &e))?;
-                for item in iter {
-                    let (k, _) = item.map_err(|e| engine_err(&coll, &lo, &e))?;
+                for k in self.stored_chunk_keys(&coll, n.fid, from)? {
                     b.delete(&coll, k);
                 }
             }
-            match n.storage {
-                Storage::Inline if linked => {
-                    let (p, name) = n.only_link().ok_or(Errno(libc::EIO))?;
-                    let path = self.child_path(*p, name)?;
-                    if n.docs_dirty || !n.dirty.is_empty() {
-                        let mut data = match n.dirty.get(&0) {
-                            Some(c) => c.data.clone(),
-                            None => self.load_chunk(ino, 0)?,
-                        };
-                        data.resize(n.size as usize, 0);
-                        b.put(&coll, path, data);
-                    }
-                }
-                Storage::Inline => {}
-                Storage::Chunked => {
-                    for (idx, c) in &n.dirty {
-                        let start = idx * cs;
-                        if start >= n.size {
-                            continue;
-                        }
-                        let mut data = c.data.clone();
-                        data.truncate((n.size - start).min(cs) as usize);
-                        b.put(&coll, layout::chunk_key(n.fid, *idx), data);
-                    }
-                    if n.docs_dirty {
-                        let m = Manifest {
-                            fid: n.fid,
-                            chunk_size: cs as u32,
-                        }
-                        .encode();
-                        for path in self.paths(ino)? {
-                            b.put(&coll, path, m.clone());
-                        }
-                    }
-                }
-            }
         }
-        let needs_record = linked || n.open > 0;
+        let inline_path = match (n.kind, n.storage) {
+            (Kind::File, Storage::Inline) if linked && (n.docs_dirty || !n.dirty.is_empty()) => {
+                let (p, name) = n.only_link().ok_or(Errno(libc::EIO))?;
+                let path = self.child_path(*p, name)?;
+                let base = match n.dirty.contains_key(&0) {
+                    true => None,
+                    false => Some(self.load_chunk(ino, 0)?),
+                };
+                Some((path, base))
+            }
+            _ => None,
+        };
+        let manifest_paths = match (n.kind, n.storage) {
+            (Kind::File, Storage::Chunked) if n.docs_dirty => self.paths(ino)?,
+            _ => Vec::new(),
+        };
         if needs_record {
             self.put_inode(&mut b, ino, !n.persisted && linked)?;
         }
-        b.commit(&self.db).map_err(|e| {
-            let path = self.paths(ino).ok().and_then(|p| p.into_iter().next());
-            engine_err(&coll, &path.unwrap_or_default(), &e)
-        })?;
         let n = self.node_mut(ino)?;
-        n.dirty.clear();
+        let (size, cs, fid) = (n.size, n.chunk_size, n.fid);
+        let mut dirty = std::mem::take(&mut n.dirty);
+        if let Some((path, base)) = inline_path {
+            let mut data = match base {
+                Some(d) => d,
+                None => dirty.remove(&0).map(|c| c.data).unwrap_or_default(),
+            };
+            data.resize(size as usize, 0);
+            b.put(&coll, path, data);
+        } else if n.kind == Kind::File && n.storage == Storage::Chunked {
+            for (idx, c) in std::mem::take(&mut dirty) {
+                let start = idx * cs;
+                if start < size {
+                    let mut data = c.data;
+                    data.truncate((size - start).min(cs) as usize);
+                    b.put(&coll, layout::chunk_key(fid, idx), data);
+                }
+            }
+            let m = Manifest {
+                fid,
+                chunk_size: cs as u32,
+            }
+            .encode();
+            for path in manifest_paths {
+                b.put(&coll, path, m.clone());
+            }
+        }
+        let wb = b.into_write_batch();
+        if let Err(err) = self.db.write(&wb) {
+            let path = self.paths(ino).ok().and_then(|p| p.into_iter().next());
+            let errno = engine_err(&coll, &path.unwrap_or_default(), &err);
+            self.keep_unwritten(ino, wb, dirty);
+            return Err(errno);
+        }
+        let n = self.node_mut(ino)?;
         n.dirty_bytes = 0;
         n.delete_chunks_from = None;
         n.docs_dirty = false;
@@ -502,6 +501,49 @@ impl State {
         }
         self.dirty_nodes.remove(&ino);
         Ok(())
+    }
+
+    /// Keys of the stored chunks of file `fid` from index `from` on.
+    fn stored_chunk_keys(&self, coll: &str, fid: u64, from: u64) -> Result<Vec<Vec<u8>>, Errno> {
+        let lo = layout::chunk_key(fid, from);
+        let mut hi = layout::chunk_key_prefix(fid);
+        hi.extend_from_slice(&[0xff; 9]);
+        let iter = self
+            .db
+            .collection(coll)
+            .and_then(|c| {
+                c.scan(
+                    std::ops::Bound::Included(&lo[..]),
+                    std::ops::Bound::Excluded(&hi[..]),
+                    Direction::Forward,
+                )
+            })
+            .map_err(|e| engine_err(coll, &lo, &e))?;
+        iter.map(|item| item.map(|(k, _)| k).map_err(|e| engine_err(coll, &lo, &e)))
+            .collect()
+    }
+
+    /// After a refused flush: puts the file's data from the batch back into its dirty
+    /// chunks (with those the batch did not need), so a later flush can retry.
+    fn keep_unwritten(&mut self, ino: u64, wb: WriteBatch, mut dirty: BTreeMap<u64, Chunk>) {
+        let Ok(n) = self.node(ino) else { return };
+        let (fid, inline) = (n.fid, n.storage == Storage::Inline);
+        for op in wb.into_ops() {
+            if let BatchOp::Put { key, value, .. } = op {
+                let idx = match inline {
+                    true if !key.starts_with(b"\0") => Some(0),
+                    true => None,
+                    false => layout::chunk_index(&key, fid),
+                };
+                if let Some(idx) = idx {
+                    dirty.entry(idx).or_insert(Chunk { data: value });
+                }
+            }
+        }
+        if let Ok(n) = self.node_mut(ino) {
+            n.dirty_bytes = dirty.values().map(|c| c.data.len()).sum();
+            n.dirty = dirty;
+        }
     }
 
     /// Flushes every dirty inode; returns the first error.

@@ -95,6 +95,10 @@ pub(crate) struct Inner {
     /// A collection was dropped: merge all runs to purge its entries.
     pub want_full_merge: AtomicBool,
     pub next_mem_id: AtomicU64,
+    /// Pinned bytes (bloom filters, run block indexes, garbage map) at the last
+    /// [`Inner::rebalance_caches`], for resizing the caches without taking the
+    /// garbage lock.
+    pub pinned_bytes: AtomicU64,
 }
 
 /// An open engine. Cheap to clone; the engine shuts down when the last clone drops.
@@ -251,7 +255,7 @@ impl Db {
             b => b,
         };
         let counters = Arc::new(IoCounters::default());
-        let cache_bytes = opts.cache_bytes(0);
+        let cache_bytes = opts.cache_bytes(0, opts.write_cache_bytes());
         let index_cache: Arc<IndexCache> = Arc::new(ClockCache::new((cache_bytes / 2) as usize));
         let data_cache: Arc<DataCache> = Arc::new(ClockCache::new((cache_bytes / 2) as usize));
 
@@ -593,6 +597,7 @@ impl Db {
             gc_lock: Mutex::new(()),
             data_cache,
             index_cache,
+            pinned_bytes: AtomicU64::new(0),
             stats: StatCounters::default(),
             bg_mutex: Mutex::new(()),
             bg_cond: Condvar::new(),
@@ -1102,6 +1107,9 @@ impl Inner {
                 runs: v.runs.clone(),
             });
         }
+        // The rotated memtable now holds its share: take it back from the caches.
+        let v = self.version.read().clone();
+        self.resize_caches(&v, self.pinned_bytes.load(Ordering::Relaxed));
         self.bg_cond.notify_all();
         Ok(())
     }
@@ -1113,7 +1121,22 @@ impl Inner {
         let v = self.version.read().clone();
         let pinned: u64 = v.runs.iter().map(|r| r.memory_bytes() as u64).sum::<u64>()
             + self.garbage.lock().memory_bytes() as u64;
-        let total = self.opts.cache_bytes(pinned);
+        self.pinned_bytes.store(pinned, Ordering::Relaxed);
+        self.resize_caches(&v, pinned);
+    }
+
+    /// Write-cache bytes the memtables can fill before the caches are resized again:
+    /// the active memtable's full share plus what the rotated ones hold. The rest of
+    /// the write cache (the shares of memtables not waiting for flush) is lent to the
+    /// caches, so a read-only phase uses nearly the whole budget for caching.
+    fn write_cache_reserved(&self, v: &Version) -> u64 {
+        let imm: u64 = v.imm.iter().map(|m| m.approx_bytes()).sum();
+        (self.memtable_target().max(v.active.approx_bytes()) + imm)
+            .min(self.opts.write_cache_bytes())
+    }
+
+    fn resize_caches(&self, v: &Version, pinned: u64) {
+        let total = self.opts.cache_bytes(pinned, self.write_cache_reserved(v));
         let index_need: u64 = v.runs.iter().map(|r| r.file_size).sum();
         let index = index_need.min(total * 3 / 4).max(total / 8);
         self.index_cache.set_capacity(index as usize);

@@ -247,6 +247,8 @@ pub fn flush_one(inner: &Arc<Inner>) -> Result<bool> {
     if !keep_run {
         run.mark_obsolete();
     }
+    // The flushed memtable's share of the write cache goes back to the caches.
+    inner.rebalance_caches();
     inner.stats.flushes.fetch_add(1, Ordering::Relaxed);
     inner.bg_cond.notify_all();
     Ok(true)

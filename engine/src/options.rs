@@ -154,11 +154,12 @@ impl Options {
         (self.memory_budget / 4).clamp(2 << 20, 256 << 20)
     }
 
-    /// Bytes left for the block and index caches once the write cache and `pinned`
-    /// bytes (bloom filters, run block indexes, garbage map) are taken out; at least 1 MiB.
-    pub(crate) fn cache_bytes(&self, pinned: u64) -> u64 {
+    /// Bytes left for the block and index caches once `write_reserved` bytes of the
+    /// write cache and `pinned` bytes (bloom filters, run block indexes, garbage map)
+    /// are taken out; at least 1 MiB.
+    pub(crate) fn cache_bytes(&self, pinned: u64, write_reserved: u64) -> u64 {
         self.memory_budget
-            .saturating_sub(self.write_cache_bytes() + pinned)
+            .saturating_sub(write_reserved + pinned)
             .max(1 << 20)
     }
 }

@@ -73,23 +73,26 @@ fn multi_get_equals_get_for_random_batches_on_both_backends() {
     }
 }
 
+/// An uncompressed engine with `budget` bytes of memory, in a fresh directory.
+fn open_with_budget(budget: u64) -> (tempfile::TempDir, Db) {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        memory_budget: budget,
+        compression: Compression::None,
+        segment_size: 16 << 20,
+        ..opts(IoBackend::IoUring)
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    (dir, db)
+}
+
 #[test]
 fn memory_budget_holds_with_data_100x_larger() {
     let budget: u64 = 8 << 20;
     // Fixed overhead outside the budget: the 1 MiB log write buffer, per-thread rings,
     // thread stacks are not accounted; everything that grows with data is.
     let fixed_overhead: u64 = 0;
-    let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(
-        dir.path(),
-        Options {
-            memory_budget: budget,
-            compression: Compression::None,
-            segment_size: 16 << 20,
-            ..opts(IoBackend::IoUring)
-        },
-    )
-    .unwrap();
+    let (_dir, db) = open_with_budget(budget);
     let c = db.create_collection("c").unwrap();
     let val = vec![7u8; 1000];
     let mut max_mem = 0;
@@ -137,17 +140,7 @@ fn memory_budget_holds_with_data_100x_larger() {
 fn idle_write_cache_is_lent_to_the_caches_and_taken_back_when_writes_resume() {
     let budget: u64 = 32 << 20;
     let write_cache = budget / 4; // Options::write_cache_bytes at this budget
-    let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(
-        dir.path(),
-        Options {
-            memory_budget: budget,
-            compression: Compression::None,
-            segment_size: 16 << 20,
-            ..opts(IoBackend::IoUring)
-        },
-    )
-    .unwrap();
+    let (_dir, db) = open_with_budget(budget);
     let c = db.create_collection("c").unwrap();
     let val = vec![9u8; 1000];
     let n = 48_000u64; // ~48 MB: more than the caches can hold

@@ -7,17 +7,8 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use basalt_fusefs::{mount, write_document, DocumentReader, MountConfig};
-use common::{assert_bytes, open_db, pattern};
-
-fn cfg(mp: &Path) -> MountConfig {
-    MountConfig {
-        mountpoint: mp.to_path_buf(),
-        threads: 2,
-        allow_other: true,
-        ..Default::default()
-    }
-}
+use basalt_fusefs::{mount, write_document, DocumentReader};
+use common::{assert_bytes, mount_config as cfg, open_db, pattern};
 
 fn doc(db: &basalt_engine::Db, coll: &str, key: &str) -> Vec<u8> {
     let mut r = DocumentReader::open(db, coll, key).unwrap();

@@ -9,8 +9,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
 
-use basalt_fusefs::{mount, MountConfig};
-use common::{assert_bytes, pattern};
+use basalt_fusefs::mount;
+use common::{assert_bytes, mount_config, pattern};
 
 struct Tmpfs(std::path::PathBuf);
 impl Drop for Tmpfs {
@@ -52,12 +52,7 @@ fn a_full_disk_fails_with_enospc_and_the_refused_data_is_kept_until_space_is_fre
     std::fs::write(&ballast, vec![0xAA; 30 << 20]).unwrap();
 
     let data = disk.join("data");
-    let cfg = MountConfig {
-        mountpoint: mp.clone(),
-        threads: 2,
-        allow_other: true,
-        ..Default::default()
-    };
+    let cfg = mount_config(&mp);
     let h = mount(open_db(&data), cfg.clone()).unwrap();
     std::fs::create_dir(mp.join("c")).unwrap();
     let small = pattern(1, 1 << 20);

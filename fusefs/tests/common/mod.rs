@@ -138,6 +138,16 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// An in-process mount at `mp`: two workers, open to all users (tests run as root).
+pub fn mount_config(mp: &Path) -> basalt_fusefs::MountConfig {
+    basalt_fusefs::MountConfig {
+        mountpoint: mp.to_path_buf(),
+        threads: 2,
+        allow_other: true,
+        ..Default::default()
+    }
+}
+
 pub fn open_db(dir: &Path) -> basalt_engine::Db {
     basalt_engine::Db::open(
         dir,

@@ -364,3 +364,47 @@ pub fn force_unmount(mountpoint: &Path) -> Result<(), FsError> {
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(opts: &str) -> Result<FsOptions, FsError> {
+        let cfg = MountConfig {
+            options: vec![opts.to_string()],
+            ..Default::default()
+        };
+        parse_options(&cfg).map(|(o, _)| o)
+    }
+
+    #[test]
+    fn options_set_what_they_name_and_defaults_hold_otherwise() {
+        let d = parse("").unwrap();
+        assert_eq!(
+            (d.read_threads, d.max_write),
+            (DEFAULT_READ_THREADS, 1 << 20)
+        );
+        assert!(d.writeback_cache && d.readdirplus);
+        let o =
+            parse("read_threads=8,max_write=65536,no_writeback_cache,attr_timeout=2.5").unwrap();
+        assert_eq!((o.read_threads, o.max_write), (8, 65536));
+        assert!(!o.writeback_cache);
+        assert_eq!(o.attr_ttl, Duration::from_millis(2500));
+    }
+
+    #[test]
+    fn out_of_range_or_unknown_options_are_refused_by_name() {
+        for bad in [
+            "read_threads=0",
+            "read_threads=257",
+            "read_threads=x",
+            "max_write=100",
+            "nosuchopt",
+        ] {
+            match parse(bad) {
+                Err(FsError::InvalidOption(o)) => assert_eq!(o, bad),
+                other => panic!("{bad}: expected InvalidOption, got {:?}", other.map(|_| ())),
+            }
+        }
+    }
+}

@@ -1,6 +1,8 @@
-//! 4 KiB-aligned heap buffers, as O_DIRECT requires.
+//! 4 KiB-aligned heap buffers, as O_DIRECT requires, and a per-thread pool of them so
+//! that a device read does not allocate (or zero) its buffer.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
 
 /// Device IO granularity: every O_DIRECT offset and length is a multiple of this.
@@ -28,6 +30,21 @@ impl AlignedBuf {
             std::alloc::handle_alloc_error(layout);
         }
         AlignedBuf { ptr, cap, len }
+    }
+
+    /// A buffer for a device read of `len` bytes: taken from this thread's pool when
+    /// one of the same page count is free (its bytes are whatever an earlier read left:
+    /// initialised, not zeroed; the reader overwrites what it uses), else allocated.
+    pub fn for_read(len: usize) -> Self {
+        let cap = len.max(1).div_ceil(PAGE) * PAGE;
+        let pooled = POOL.try_with(|p| p.borrow_mut().take(cap)).ok().flatten();
+        match pooled {
+            Some(mut b) => {
+                b.len = len;
+                b
+            }
+            None => AlignedBuf::zeroed(len),
+        }
     }
 
     /// Pointer to the first byte (for asynchronous IO).
@@ -67,10 +84,110 @@ impl DerefMut for AlignedBuf {
     }
 }
 
+/// Largest buffer the pool keeps (bigger reads are rare: scans, GC, recovery).
+const POOL_MAX_PAGES: usize = 32;
+/// Free buffers kept per page count and thread.
+const POOL_PER_CLASS: usize = 64;
+
+/// Free read buffers of one thread, by page count.
+struct Pool {
+    free: Vec<Vec<AlignedBuf>>,
+}
+
+impl Pool {
+    fn take(&mut self, cap: usize) -> Option<AlignedBuf> {
+        self.free.get_mut(cap / PAGE)?.pop()
+    }
+
+    /// Keeps `b` for reuse if its class has room; gives it back otherwise.
+    fn keep(&mut self, b: AlignedBuf) -> Option<AlignedBuf> {
+        let class = b.cap / PAGE;
+        if class > POOL_MAX_PAGES {
+            return Some(b);
+        }
+        if self.free.len() <= class {
+            self.free.resize_with(class + 1, Vec::new);
+        }
+        let list = &mut self.free[class];
+        if list.len() >= POOL_PER_CLASS {
+            return Some(b);
+        }
+        list.push(b);
+        None
+    }
+}
+
+thread_local! {
+    static POOL: RefCell<Pool> = const { RefCell::new(Pool { free: Vec::new() }) };
+}
+
+impl AlignedBuf {
+    /// Returns the buffer to this thread's read pool (freed if the pool is full, the
+    /// buffer is too big, or the thread is exiting).
+    pub fn recycle(self) {
+        let _ = POOL.try_with(|p| {
+            if let Ok(mut p) = p.try_borrow_mut() {
+                drop(p.keep(self));
+            }
+        });
+    }
+}
+
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         let layout = Layout::from_size_align(self.cap, PAGE).expect("layout");
         // SAFETY: allocated in `zeroed` with this layout.
         unsafe { dealloc(self.ptr, layout) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recycled_read_buffer_is_reused_by_the_next_read_of_its_page_count() {
+        let mut a = AlignedBuf::for_read(8192);
+        a[0] = 7;
+        let ptr = a.as_mut_ptr();
+        a.recycle();
+        let mut other = AlignedBuf::for_read(4096);
+        assert_ne!(
+            other.as_mut_ptr(),
+            ptr,
+            "a one-page read took the two-page buffer"
+        );
+        let mut b = AlignedBuf::for_read(5000);
+        assert_eq!(
+            b.as_mut_ptr(),
+            ptr,
+            "same page count: the pooled buffer comes back"
+        );
+        assert_eq!(b.len(), 5000);
+        assert_eq!(b.as_mut_ptr() as usize % PAGE, 0);
+    }
+
+    #[test]
+    fn buffers_beyond_the_pooled_sizes_are_freed_not_kept() {
+        AlignedBuf::for_read((POOL_MAX_PAGES + 1) * PAGE).recycle();
+        let pooled = POOL.with(|p| p.borrow().free.iter().map(Vec::len).sum::<usize>());
+        assert_eq!(
+            pooled,
+            0,
+            "the pool kept a {}-page buffer",
+            POOL_MAX_PAGES + 1
+        );
+    }
+
+    #[test]
+    fn the_pool_keeps_at_most_its_per_class_limit() {
+        let bufs: Vec<AlignedBuf> = (0..POOL_PER_CLASS + 10)
+            .map(|_| AlignedBuf::for_read(3 * PAGE))
+            .collect();
+        for b in bufs {
+            b.recycle();
+        }
+        let kept = POOL.with(|p| p.borrow().free[3].len());
+        assert_eq!(kept, POOL_PER_CLASS);
     }
 }

@@ -1,27 +1,38 @@
-//! Index run data blocks: prefix-compressed, varint-packed index entries with restart
-//! points, so a cached block holds ~2x the entries of a fixed-width layout and a point
-//! lookup binary-searches restarts instead of decoding the whole block.
+//! Index run data blocks: front- and rear-coded, delta-packed index entries with
+//! restart points, so a cached block holds several times the entries of a fixed-width
+//! layout and a point lookup binary-searches restarts instead of decoding the whole
+//! block.
 //!
 //! Block: `crc:u32 (of bytes 4..used) | count:u16 | nrestarts:u16 | used:u32 | entries |
 //! nrestarts × restart:u32`, zero padded to whole pages. A restart is the offset (from
-//! the block start) of every `RESTART_INTERVAL`-th entry; entries there store their
-//! whole key.
+//! the block start) of every `RESTART_INTERVAL`-th entry; decoding starts afresh there
+//! (no previous entry), so the entry holds its whole key, collection and location.
 //!
-//! Entry: `shared:varint | unshared:varint | key suffix | coll:varint | seqno:varint |
-//! flags:u8 | seg:varint | off:varint | len:varint | rec_size:varint`, where `shared`
-//! is the number of leading key bytes equal to the previous entry's key (0 at restarts
-//! and when the collection changes). Flags: bit 0 tombstone, bit 7 relocated.
+//! Entry (format version 3): `shared:varint | rear:varint | mid_len:varint | mid |
+//! flags:u8 | [coll:varint] | seqno delta:zigzag varint | [seg:varint | off:varint |
+//! len:varint] | rec_size:varint`. The key is the previous entry's first `shared` bytes,
+//! then `mid`, then the previous key's last `rear` bytes (front and rear coding: keys
+//! that share a padded or fixed suffix, like db_bench's, store only the bytes that
+//! differ). The seqno is stored as the difference from the previous entry's. Flags:
+//! bit 0 tombstone, bit 1 same location as the previous entry (the location fields are
+//! left out), bit 2 the collection follows (set whenever it differs from the previous
+//! entry's, always at a restart), bit 7 relocated.
 
 use crate::aligned::PAGE;
-use crate::codec::{put_varint, varint_len, Reader};
+use crate::codec::{put_varint, Reader};
 use crate::entry::{IndexEntry, Location};
 use crate::record::{CollId, Kind};
 use std::cmp::Ordering;
 
 /// Bytes before the first entry.
 pub const BLOCK_HEADER: usize = 12;
-/// Every this many entries the full key is stored (binary-search points).
+/// Every this many entries decoding restarts from scratch (binary-search points).
 const RESTART_INTERVAL: u16 = 16;
+
+const FLAG_TOMBSTONE: u8 = 0x01;
+const FLAG_SAME_LOC: u8 = 0x02;
+const FLAG_COLL: u8 = 0x04;
+const FLAG_RELOC: u8 = 0x80;
 
 /// One decoded index entry with its collection and key.
 pub type KeyedEntry = (CollId, Box<[u8]>, IndexEntry);
@@ -31,18 +42,153 @@ pub fn cmp_key(ac: CollId, ak: &[u8], bc: CollId, bk: &[u8]) -> Ordering {
     ac.cmp(&bc).then_with(|| ak.cmp(bk))
 }
 
+/// A key's first 8 bytes, big-endian and zero padded: keys whose prefixes differ
+/// compare like their prefixes, so sorted structures can decide most comparisons on
+/// an inline integer without dereferencing the key.
+pub fn key_prefix(key: &[u8]) -> u64 {
+    let mut p = [0u8; 8];
+    let n = key.len().min(8);
+    p[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(p)
+}
+
 fn shared_prefix(a: &[u8], b: &[u8]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-fn value_len(coll: CollId, e: &IndexEntry) -> usize {
-    varint_len(coll as u64)
-        + varint_len(e.seqno)
-        + 1
-        + varint_len(e.loc.seg as u64)
-        + varint_len(e.loc.off)
-        + varint_len(e.loc.len as u64)
-        + varint_len(e.rec_size as u64)
+fn shared_suffix(a: &[u8], b: &[u8]) -> usize {
+    a.iter()
+        .rev()
+        .zip(b.iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+fn zigzag(d: i64) -> u64 {
+    ((d << 1) ^ (d >> 63)) as u64
+}
+
+fn unzigzag(z: u64) -> i64 {
+    (z >> 1) as i64 ^ -((z & 1) as i64)
+}
+
+/// The previous entry of a restart group: what the next entry is coded against.
+/// `Default` is the state at a restart.
+#[derive(Default)]
+struct Prev {
+    key: Vec<u8>,
+    coll: Option<CollId>,
+    seqno: u64,
+    loc: Option<Location>,
+}
+
+impl Prev {
+    fn reset(&mut self) {
+        self.key.clear();
+        self.coll = None;
+        self.seqno = 0;
+        self.loc = None;
+    }
+
+    fn set(&mut self, coll: CollId, key: &[u8], e: &IndexEntry) {
+        self.key.clear();
+        self.key.extend_from_slice(key);
+        self.coll = Some(coll);
+        self.seqno = e.seqno;
+        self.loc = Some(e.loc);
+    }
+
+    /// Appends the entry coded against this previous entry.
+    fn encode(&self, out: &mut Vec<u8>, coll: CollId, key: &[u8], e: &IndexEntry) {
+        let shared = shared_prefix(&self.key, key);
+        let rear = shared_suffix(&self.key[shared..], &key[shared..]);
+        let mid = &key[shared..key.len() - rear];
+        put_varint(out, shared as u64);
+        put_varint(out, rear as u64);
+        put_varint(out, mid.len() as u64);
+        out.extend_from_slice(mid);
+        let same_loc = self.loc == Some(e.loc);
+        let new_coll = self.coll != Some(coll);
+        let mut flags = 0;
+        if e.kind == Kind::Delete {
+            flags |= FLAG_TOMBSTONE;
+        }
+        if same_loc {
+            flags |= FLAG_SAME_LOC;
+        }
+        if new_coll {
+            flags |= FLAG_COLL;
+        }
+        if e.reloc {
+            flags |= FLAG_RELOC;
+        }
+        out.push(flags);
+        if new_coll {
+            put_varint(out, coll as u64);
+        }
+        put_varint(out, zigzag(e.seqno.wrapping_sub(self.seqno) as i64));
+        if !same_loc {
+            put_varint(out, e.loc.seg as u64);
+            put_varint(out, e.loc.off);
+            put_varint(out, e.loc.len as u64);
+        }
+        put_varint(out, e.rec_size as u64);
+    }
+
+    /// Decodes the next entry; afterwards `self.key` is its key.
+    fn decode(&mut self, r: &mut Reader<'_>) -> Option<(CollId, IndexEntry)> {
+        let shared = r.varint()? as usize;
+        let rear = r.varint()? as usize;
+        let mid_len = r.varint()? as usize;
+        let mid = r.bytes(mid_len)?;
+        if shared.checked_add(rear)? > self.key.len() {
+            return None;
+        }
+        // key = previous[..shared] ++ mid ++ previous[len - rear..], built in place.
+        let len = self.key.len();
+        let new_len = shared + mid.len() + rear;
+        if new_len > len {
+            self.key.resize(new_len, 0);
+        }
+        self.key.copy_within(len - rear..len, shared + mid.len());
+        self.key[shared..shared + mid.len()].copy_from_slice(mid);
+        self.key.truncate(new_len);
+        let flags = r.u8()?;
+        if flags & !(FLAG_TOMBSTONE | FLAG_SAME_LOC | FLAG_COLL | FLAG_RELOC) != 0 {
+            return None;
+        }
+        let coll = if flags & FLAG_COLL != 0 {
+            CollId::try_from(r.varint()?).ok()?
+        } else {
+            self.coll?
+        };
+        let seqno = self.seqno.wrapping_add(unzigzag(r.varint()?) as u64);
+        let loc = if flags & FLAG_SAME_LOC != 0 {
+            self.loc?
+        } else {
+            let seg = u32::try_from(r.varint()?).ok()?;
+            let off = r.varint()?;
+            let len = u32::try_from(r.varint()?).ok()?;
+            Location { seg, off, len }
+        };
+        let rec_size = u32::try_from(r.varint()?).ok()?;
+        let kind = if flags & FLAG_TOMBSTONE != 0 {
+            Kind::Delete
+        } else {
+            Kind::Put
+        };
+        let e = IndexEntry {
+            seqno,
+            kind,
+            reloc: flags & FLAG_RELOC != 0,
+            loc,
+            rec_size,
+        };
+        self.coll = Some(coll);
+        self.seqno = seqno;
+        self.loc = Some(loc);
+        Some((coll, e))
+    }
 }
 
 /// Accumulates sorted entries into one block.
@@ -51,7 +197,8 @@ pub struct BlockBuilder {
     body: Vec<u8>,
     restarts: Vec<u32>,
     count: u16,
-    last: Option<(CollId, Vec<u8>)>,
+    prev: Prev,
+    scratch: Vec<u8>,
 }
 
 impl BlockBuilder {
@@ -64,54 +211,37 @@ impl BlockBuilder {
         self.count == 0
     }
 
-    fn shared_with_last(&self, coll: CollId, key: &[u8]) -> usize {
-        match &self.last {
-            Some((c, k)) if *c == coll && !self.count.is_multiple_of(RESTART_INTERVAL) => {
-                shared_prefix(k, key).min(u16::MAX as usize)
-            }
-            _ => 0,
+    fn at_restart(&self) -> bool {
+        self.count.is_multiple_of(RESTART_INTERVAL)
+    }
+
+    /// Codes the entry against the previous one (or from scratch at a restart) into
+    /// `scratch`.
+    fn encode_next(&mut self, coll: CollId, key: &[u8], e: &IndexEntry) {
+        if self.at_restart() {
+            self.prev.reset();
         }
+        self.scratch.clear();
+        self.prev.encode(&mut self.scratch, coll, key, e);
     }
 
     /// Bytes the block would use (header, entries, restarts) after adding this entry.
-    pub fn used_with(&self, coll: CollId, key: &[u8], e: &IndexEntry) -> usize {
-        let shared = self.shared_with_last(coll, key);
-        let unshared = key.len() - shared;
-        let restart = self.count.is_multiple_of(RESTART_INTERVAL) as usize;
+    pub fn used_with(&mut self, coll: CollId, key: &[u8], e: &IndexEntry) -> usize {
+        self.encode_next(coll, key, e);
         BLOCK_HEADER
             + self.body.len()
-            + varint_len(shared as u64)
-            + varint_len(unshared as u64)
-            + unshared
-            + value_len(coll, e)
-            + 4 * (self.restarts.len() + restart)
+            + self.scratch.len()
+            + 4 * (self.restarts.len() + self.at_restart() as usize)
     }
 
     /// Appends an entry; (coll, key) must be greater than the previous one.
     pub fn add(&mut self, coll: CollId, key: &[u8], e: &IndexEntry) {
-        let shared = self.shared_with_last(coll, key);
-        if self.count.is_multiple_of(RESTART_INTERVAL) {
+        if self.at_restart() {
             self.restarts.push((BLOCK_HEADER + self.body.len()) as u32);
         }
-        let b = &mut self.body;
-        put_varint(b, shared as u64);
-        put_varint(b, (key.len() - shared) as u64);
-        b.extend_from_slice(&key[shared..]);
-        put_varint(b, coll as u64);
-        put_varint(b, e.seqno);
-        b.push((e.kind == Kind::Delete) as u8 | if e.reloc { 0x80 } else { 0 });
-        put_varint(b, e.loc.seg as u64);
-        put_varint(b, e.loc.off);
-        put_varint(b, e.loc.len as u64);
-        put_varint(b, e.rec_size as u64);
-        match &mut self.last {
-            Some((c, k)) => {
-                *c = coll;
-                k.clear();
-                k.extend_from_slice(key);
-            }
-            None => self.last = Some((coll, key.to_vec())),
-        }
+        self.encode_next(coll, key, e);
+        self.body.extend_from_slice(&self.scratch);
+        self.prev.set(coll, key, e);
         self.count += 1;
     }
 
@@ -134,7 +264,7 @@ impl BlockBuilder {
         self.body.clear();
         self.restarts.clear();
         self.count = 0;
-        self.last = None;
+        self.prev.reset();
         b
     }
 }
@@ -195,42 +325,6 @@ impl<'a> Layout<'a> {
     }
 }
 
-/// Decodes one entry at the reader, extending/truncating `key` by the prefix rule.
-fn decode_entry(r: &mut Reader<'_>, key: &mut Vec<u8>) -> Option<(CollId, IndexEntry)> {
-    let shared = r.varint()? as usize;
-    let unshared = r.varint()? as usize;
-    if shared > key.len() {
-        return None;
-    }
-    key.truncate(shared);
-    key.extend_from_slice(r.bytes(unshared)?);
-    let coll = CollId::try_from(r.varint()?).ok()?;
-    let seqno = r.varint()?;
-    let flags = r.u8()?;
-    if flags & !0x81 != 0 {
-        return None;
-    }
-    let seg = u32::try_from(r.varint()?).ok()?;
-    let off = r.varint()?;
-    let len = u32::try_from(r.varint()?).ok()?;
-    let rec_size = u32::try_from(r.varint()?).ok()?;
-    let kind = if flags & 1 != 0 {
-        Kind::Delete
-    } else {
-        Kind::Put
-    };
-    Some((
-        coll,
-        IndexEntry {
-            seqno,
-            kind,
-            reloc: flags & 0x80 != 0,
-            loc: Location { seg, off, len },
-            rec_size,
-        },
-    ))
-}
-
 /// Decodes every entry of a block, checking that restarts point at full-key entries
 /// and that entries are strictly increasing. `None` if anything is malformed.
 pub fn decode_block_entries(block: &[u8]) -> Option<Vec<KeyedEntry>> {
@@ -238,21 +332,21 @@ pub fn decode_block_entries(block: &[u8]) -> Option<Vec<KeyedEntry>> {
     let mut r = Reader::new(block.get(..l.entries_end)?);
     r.bytes(BLOCK_HEADER)?;
     let mut out: Vec<KeyedEntry> = Vec::with_capacity(l.count);
-    let mut key = Vec::new();
+    let mut prev = Prev::default();
     for i in 0..l.count {
         if i.is_multiple_of(RESTART_INTERVAL as usize) {
             if l.restart(i / RESTART_INTERVAL as usize) != r.pos() {
                 return None;
             }
-            key.clear();
+            prev.reset();
         }
-        let (coll, e) = decode_entry(&mut r, &mut key)?;
+        let (coll, e) = prev.decode(&mut r)?;
         if let Some((pc, pk, _)) = out.last() {
-            if cmp_key(*pc, pk, coll, &key) != Ordering::Less {
+            if cmp_key(*pc, pk, coll, &prev.key) != Ordering::Less {
                 return None;
             }
         }
-        out.push((coll, key.as_slice().into(), e));
+        out.push((coll, prev.key.as_slice().into(), e));
     }
     r.is_empty().then_some(out)
 }
@@ -261,15 +355,15 @@ pub fn decode_block_entries(block: &[u8]) -> Option<Vec<KeyedEntry>> {
 /// if the key sorts before the block. `Err(())` if the block is malformed.
 fn find_group(block: &[u8], l: &Layout<'_>, coll: CollId, key: &[u8]) -> Result<Option<usize>, ()> {
     let body = block.get(..l.entries_end).ok_or(())?;
-    let mut buf = Vec::with_capacity(key.len() + 16);
+    let mut prev = Prev::default();
     let (mut lo, mut hi) = (0usize, l.nrestarts());
     while lo < hi {
         let mid = (lo + hi) / 2;
-        // The entry at a restart has shared = 0: its key is whole.
+        // The entry at a restart is coded from scratch: its key is whole.
         let mut r = Reader::new(body.get(l.restart(mid)..).ok_or(())?);
-        buf.clear();
-        let (c, _) = decode_entry(&mut r, &mut buf).ok_or(())?;
-        if cmp_key(c, &buf, coll, key) == Ordering::Greater {
+        prev.reset();
+        let (c, _) = prev.decode(&mut r).ok_or(())?;
+        if cmp_key(c, &prev.key, coll, key) == Ordering::Greater {
             hi = mid;
         } else {
             lo = mid + 1;
@@ -288,10 +382,10 @@ pub fn block_get(block: &[u8], coll: CollId, key: &[u8]) -> Result<Option<IndexE
     };
     let body = block.get(..l.entries_end).ok_or(())?;
     let mut r = Reader::new(body.get(l.restart(start)..).ok_or(())?);
-    let mut buf = Vec::with_capacity(key.len() + 16);
+    let mut prev = Prev::default();
     for _ in 0..l.group_len(start) {
-        let (c, e) = decode_entry(&mut r, &mut buf).ok_or(())?;
-        match cmp_key(c, &buf, coll, key) {
+        let (c, e) = prev.decode(&mut r).ok_or(())?;
+        match cmp_key(c, &prev.key, coll, key) {
             Ordering::Less => continue,
             Ordering::Equal => return Ok(Some(e)),
             Ordering::Greater => break,
@@ -370,16 +464,16 @@ pub fn decode_group(block: &[u8], i: usize, g: &mut Group) -> Option<()> {
     g.keys.clear();
     g.ends.clear();
     g.items.clear();
-    let mut key = Vec::new();
+    let mut prev = Prev::default();
     for n in 0..l.group_len(i) {
-        let (c, e) = decode_entry(&mut r, &mut key)?;
+        let (c, e) = prev.decode(&mut r)?;
         if n > 0 {
             let (pc, pk, _) = g.get(n - 1);
-            if cmp_key(pc, pk, c, &key) != Ordering::Less {
+            if cmp_key(pc, pk, c, &prev.key) != Ordering::Less {
                 return None;
             }
         }
-        g.keys.extend_from_slice(&key);
+        g.keys.extend_from_slice(&prev.key);
         g.ends.push(g.keys.len());
         g.items.push((c, e));
     }
@@ -391,18 +485,21 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn entry(seqno: u64, seg: u32) -> IndexEntry {
+    /// Entry `i` of a test block: seqnos jump up and down (as after a random load),
+    /// runs of three entries share a block location, collections vary.
+    fn entry(i: u64) -> IndexEntry {
+        let seqno = (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20) | 1;
         IndexEntry {
             seqno,
-            kind: if seqno.is_multiple_of(7) {
+            kind: if i.is_multiple_of(7) {
                 Kind::Delete
             } else {
                 Kind::Put
             },
-            reloc: seqno.is_multiple_of(5),
+            reloc: i.is_multiple_of(5),
             loc: Location {
-                seg,
-                off: seqno * 4096 + 40,
+                seg: (i / 9) as u32,
+                off: (i / 3) * 4096 + 40,
                 len: 16_000,
             },
             rec_size: 440,
@@ -412,9 +509,73 @@ mod tests {
     fn build(keys: &[(CollId, Vec<u8>)]) -> Vec<u8> {
         let mut b = BlockBuilder::default();
         for (i, (c, k)) in keys.iter().enumerate() {
-            b.add(*c, k, &entry(i as u64 + 1, 3));
+            b.add(*c, k, &entry(i as u64));
         }
         b.finish()
+    }
+
+    /// Entries of db_bench keys (`n` as 8 big-endian bytes, padded with '0' to 20) that
+    /// fit one page, with `entry_for(n)` as their index entries.
+    fn entries_per_page(key_of: impl Fn(u64) -> u64, entry_for: impl Fn(u64) -> IndexEntry) -> u64 {
+        let mut b = BlockBuilder::default();
+        let mut n = 0u64;
+        loop {
+            let mut k = key_of(n).to_be_bytes().to_vec();
+            k.resize(20, b'0');
+            let e = entry_for(n);
+            if b.used_with(1, &k, &e) > PAGE {
+                break;
+            }
+            b.add(1, &k, &e);
+            n += 1;
+        }
+        let block = b.finish();
+        assert_eq!(block.len(), PAGE);
+        assert_eq!(decode_block_entries(&block).unwrap().len() as u64, n);
+        eprintln!("{n} entries per 4 KiB page");
+        n
+    }
+
+    #[test]
+    fn sequentially_loaded_db_bench_keys_pack_over_three_hundred_entries_per_page() {
+        // fillseq: consecutive keys, consecutive seqnos, ten records per log block.
+        let n = entries_per_page(
+            |n| 1_000_000 + n,
+            |n| IndexEntry {
+                seqno: 1_000_000 + n,
+                kind: Kind::Put,
+                reloc: false,
+                loc: Location {
+                    seg: 7,
+                    off: 40_000_000 + (n / 10) * 2100,
+                    len: 2100,
+                },
+                rec_size: 424,
+            },
+        );
+        // Format version 2 (front coding only, absolute fields) fit about 120.
+        assert!(n >= 300, "only {n} entries per 4 KiB page");
+    }
+
+    #[test]
+    fn randomly_loaded_db_bench_keys_pack_over_one_hundred_sixty_entries_per_page() {
+        // fillrandom: sorted keys with gaps, unrelated seqnos and block locations.
+        let scatter = |n: u64| n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let n = entries_per_page(
+            |n| 1_000_000 + n * 3,
+            |n| IndexEntry {
+                seqno: scatter(n) >> 42,
+                kind: Kind::Put,
+                reloc: false,
+                loc: Location {
+                    seg: (scatter(n) >> 60) as u32,
+                    off: (scatter(n) >> 38) & ((64 << 20) - 1),
+                    len: 2100,
+                },
+                rec_size: 424,
+            },
+        );
+        assert!(n >= 160, "only {n} entries per 4 KiB page");
     }
 
     fn sorted_keys(raw: Vec<(u8, Vec<u8>)>) -> Vec<(CollId, Vec<u8>)> {
@@ -423,24 +584,6 @@ mod tests {
         keys.sort();
         keys.dedup();
         keys
-    }
-
-    #[test]
-    fn db_bench_keys_pack_about_twice_as_dense_as_fixed_width() {
-        let mut b = BlockBuilder::default();
-        let mut n = 0u64;
-        let e = entry(30_000_000, 200);
-        loop {
-            let mut k = (n * 37).to_be_bytes().to_vec();
-            k.resize(20, b'0');
-            if b.used_with(1, &k, &e) > PAGE {
-                break;
-            }
-            b.add(1, &k, &e);
-            n += 1;
-        }
-        // The fixed-width v1 layout fit 74 such entries in a page.
-        assert!(n >= 110, "only {n} entries per 4 KiB page");
     }
 
     proptest! {
@@ -457,14 +600,14 @@ mod tests {
             prop_assert_eq!(got.len(), keys.len());
             for (i, ((c, k, e), (ec, ek))) in got.iter().zip(&keys).enumerate() {
                 prop_assert_eq!((c, &**k), (ec, ek.as_slice()));
-                prop_assert_eq!(*e, entry(i as u64 + 1, 3));
+                prop_assert_eq!(*e, entry(i as u64));
                 prop_assert_eq!(block_get(&block, *ec, ek).unwrap(), Some(*e));
             }
             for (c, k) in probes {
                 let c = c as CollId % 3;
                 let want = keys.iter().position(|(kc, kk)| *kc == c && *kk == k);
                 let got = block_get(&block, c, &k).unwrap();
-                prop_assert_eq!(got.map(|e| e.seqno), want.map(|i| i as u64 + 1));
+                prop_assert_eq!(got, want.map(|i| entry(i as u64)));
             }
         }
 

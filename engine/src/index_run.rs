@@ -15,11 +15,10 @@ use crate::cache::ClockCache;
 use crate::codec::{align_up, Reader};
 use crate::entry::IndexEntry;
 use crate::error::{Error, Result};
-use crate::index_block::decode_block_entries;
 use crate::index_block::{
-    block_get, cmp_key, decode_group, group_count, group_for, used_len, verify_block, BlockBuilder,
-    Group,
+    block_get, decode_group, group_count, group_for, used_len, verify_block, BlockBuilder, Group,
 };
+use crate::index_block::{decode_block_entries, key_prefix};
 use crate::io::{DataFile, IoCounters, IoMode};
 use crate::record::{CollId, Seqno};
 use std::cmp::Ordering as CmpOrdering;
@@ -29,7 +28,7 @@ use std::sync::Arc;
 
 const RUN_MAGIC: &[u8; 8] = b"BSLTIDX1";
 /// Index run format version written by this build.
-pub const RUN_VERSION: u32 = 2;
+pub const RUN_VERSION: u32 = 3;
 const WRITE_BUF: usize = 1 << 20;
 
 /// Cache of verified index blocks, keyed by (run id, block offset).
@@ -179,13 +178,33 @@ impl RunWriter {
     }
 }
 
+/// One data block of a run, as its block index lists it.
+struct BlockRef {
+    coll: CollId,
+    /// `key_prefix(first)`: binary searches over blocks rarely touch `first`.
+    prefix: u64,
+    first: Box<[u8]>,
+    off: u64,
+    pages: u32,
+}
+
+impl BlockRef {
+    /// Orders the block's first key against (coll, key) whose prefix is `prefix`.
+    fn cmp_first(&self, coll: CollId, prefix: u64, key: &[u8]) -> CmpOrdering {
+        self.coll
+            .cmp(&coll)
+            .then(self.prefix.cmp(&prefix))
+            .then_with(|| (*self.first).cmp(key))
+    }
+}
+
 /// An open, immutable index run.
 pub struct Run {
     pub id: u64,
     file: DataFile,
     /// End of meta + bloom (start of the zero padding before the footer page).
     meta_end: u64,
-    blocks: Vec<(CollId, Box<[u8]>, u64, u32)>,
+    blocks: Vec<BlockRef>,
     bloom: Bloom,
     pub entries: u64,
     pub file_size: u64,
@@ -271,7 +290,13 @@ impl Run {
             if off % PAGE as u64 != 0 || off + pages as u64 * PAGE as u64 > meta_off {
                 return Err(mbad());
             }
-            blocks.push((c, k.into(), off, pages));
+            blocks.push(BlockRef {
+                coll: c,
+                prefix: key_prefix(k),
+                first: k.into(),
+                off,
+                pages,
+            });
         }
         let bloom = Bloom::decode(&meta[meta_len as usize..]).ok_or_else(|| {
             Error::corruption(
@@ -304,7 +329,12 @@ impl Run {
 
     /// Memory held by this run's block index and bloom filter.
     pub fn memory_bytes(&self) -> usize {
-        self.bloom.bytes() + self.blocks.iter().map(|b| b.1.len() + 40).sum::<usize>()
+        self.bloom.bytes()
+            + self
+                .blocks
+                .iter()
+                .map(|b| b.first.len() + std::mem::size_of::<BlockRef>())
+                .sum::<usize>()
     }
 
     /// Offset of the first non-zero byte in the padding between the meta area and the
@@ -338,7 +368,7 @@ impl Run {
             Err(e) => problems.push(e.to_string()),
         }
         for i in 0..self.blocks.len() {
-            let off = self.blocks[i].2;
+            let off = self.blocks[i].off;
             match self.block(i, false) {
                 Ok(b) => {
                     let used = used_len(&b).unwrap_or(b.len());
@@ -377,7 +407,7 @@ impl Run {
         cached: bool,
         counters: Option<(&AtomicU64, &AtomicU64)>,
     ) -> Result<Arc<Vec<u8>>> {
-        let (_, _, off, pages) = self.blocks[i];
+        let BlockRef { off, pages, .. } = self.blocks[i];
         if cached {
             if let Some(b) = self.cache.get(&(self.id, off)) {
                 return Ok(b);
@@ -387,7 +417,7 @@ impl Run {
             reads.fetch_add(1, Ordering::Relaxed);
             bytes.fetch_add(pages as u64 * PAGE as u64, Ordering::Relaxed);
         }
-        let mut buf = AlignedBuf::zeroed(pages as usize * PAGE);
+        let mut buf = AlignedBuf::for_read(pages as usize * PAGE);
         let n = self.file.read_full(&mut buf, off)?;
         if n < buf.len() || !verify_block(&buf) {
             return Err(Error::corruption(
@@ -400,17 +430,21 @@ impl Run {
             // The cache keeps only the bytes that carry data, not the page padding.
             let used = used_len(&buf).unwrap_or(buf.len());
             let b = Arc::new(buf[..used].to_vec());
+            buf.recycle();
             self.cache.insert((self.id, off), b.clone(), b.len());
             return Ok(b);
         }
-        Ok(Arc::new(buf.to_vec()))
+        let b = Arc::new(buf.to_vec());
+        buf.recycle();
+        Ok(b)
     }
 
     /// Index of the block that may hold (coll, key): the last whose first key ≤ it.
     pub fn find_block(&self, coll: CollId, key: &[u8]) -> Option<usize> {
+        let prefix = key_prefix(key);
         let p = self
             .blocks
-            .partition_point(|(c, k, _, _)| cmp_key(*c, k, coll, key) != CmpOrdering::Greater);
+            .partition_point(|b| b.cmp_first(coll, prefix, key) != CmpOrdering::Greater);
         p.checked_sub(1)
     }
 
@@ -434,7 +468,7 @@ impl Run {
         block_get(&b, coll, key).map_err(|()| {
             Error::corruption(
                 self.file.path(),
-                self.blocks[i].2,
+                self.blocks[i].off,
                 "index block entries malformed",
             )
         })
@@ -540,7 +574,7 @@ impl RunCursor {
     fn malformed(&self) -> Error {
         Error::corruption(
             self.run.file.path(),
-            self.run.blocks[self.block].2,
+            self.run.blocks[self.block].off,
             "index block entries malformed",
         )
     }

@@ -12,10 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Sort key: collection, key, then newest version first.
 ///
-/// `prefix` holds the key's first 8 bytes (big-endian, zero padded) inline, so most
+/// `prefix` holds the key's first 8 bytes inline (`index_block::key_prefix`), so most
 /// comparisons in the skip list are decided without dereferencing the boxed key (one
-/// cache miss less per level). Zero padding keeps the order lexicographic: keys whose
-/// prefixes differ compare like their prefixes.
+/// cache miss less per level).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct MemKey {
     pub coll: CollId,
@@ -26,12 +25,9 @@ pub struct MemKey {
 
 impl MemKey {
     pub fn new(coll: CollId, key: &[u8], seqno: Seqno) -> Self {
-        let mut p = [0u8; 8];
-        let n = key.len().min(8);
-        p[..n].copy_from_slice(&key[..n]);
         MemKey {
             coll,
-            prefix: u64::from_be_bytes(p),
+            prefix: crate::index_block::key_prefix(key),
             key: key.into(),
             seqno: Reverse(seqno),
         }

@@ -5,7 +5,7 @@ ENGINE_FUZZ_SECONDS ?= 60
 BASALT_TOOLS ?= /var/cache/basalt-tools
 
 BENCH_TARGETS += bench-engine
-.PHONY: bench-engine engine-crash-soak fuzz-engine
+.PHONY: bench-engine engine-crash-soak fuzz-engine bench-read-path
 
 ## engine-crash-soak: the kill -9 harness with many more cycles than CI runs
 engine-crash-soak:
@@ -18,4 +18,9 @@ fuzz-engine:
 	  PATH=$(BASALT_TOOLS)/bin:$$PATH cargo +nightly fuzz run $$t -- -max_total_time=$(ENGINE_FUZZ_SECONDS) || exit 1; \
 	done
 
-bench-engine: engine-crash-soak fuzz-engine
+## bench-read-path: issue #3's comparison: readrandom and multireadrandom at 20x the
+## memory budget against fio (QD1 / QD32) and db_bench, interleaved rounds, median ratios
+bench-read-path:
+	./engine/scripts/bench-read-path.sh
+
+bench-engine: engine-crash-soak fuzz-engine bench-read-path

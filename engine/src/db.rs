@@ -1370,41 +1370,50 @@ impl Inner {
                 }
             })
             .collect();
-        match self.io_backend {
-            IoBackend::IoUring => crate::uring::read_batch(&mut reqs, &self.stats.queue_depth)?,
-            IoBackend::Psync => {
-                for r in reqs.iter_mut() {
-                    r.done = r.file.read_full(&mut r.buf, r.off)?;
-                }
-            }
-        }
-        let mut out = Vec::with_capacity(blocks.len());
-        for (r, (seg, off, len)) in reqs.iter().zip(blocks) {
+        let mut out: Vec<Option<Arc<DataBlock>>> = vec![None; blocks.len()];
+        let mut finish = |i: usize, r: &crate::uring::ReadReq<'_>| -> Result<()> {
+            let (seg, off, len) = blocks[i];
             self.stats.device_reads.fetch_add(1, Ordering::Relaxed);
             self.stats
                 .get_bytes_read
                 .fetch_add(r.done as u64, Ordering::Relaxed);
             let skip = (off - r.off) as usize;
-            let end = skip + *len as usize;
+            let end = skip + len as usize;
             if r.done < end {
                 return Err(Error::corruption(
                     seg.file.path(),
-                    *off,
+                    off,
                     format!(
                         "short read: block needs {len} bytes, file has {}",
                         r.done.saturating_sub(skip)
                     ),
                 ));
             }
-            let (_, raw) = crate::block::decode(&r.buf[skip..end], seg.file.path(), *off)?;
+            let (_, raw) = crate::block::decode(&r.buf[skip..end], seg.file.path(), off)?;
             let block = Arc::new(
                 DataBlock::new(raw)
-                    .map_err(|at| Error::malformed_record(seg.file.path(), *off, at))?,
+                    .map_err(|at| Error::malformed_record(seg.file.path(), off, at))?,
             );
             self.data_cache
-                .insert((seg.id, *off), block.clone(), block.charge());
-            out.push(block);
+                .insert((seg.id, off), block.clone(), block.charge());
+            out[i] = Some(block);
+            Ok(())
+        };
+        match self.io_backend {
+            IoBackend::IoUring => {
+                crate::uring::read_batch(&mut reqs, &self.stats.queue_depth, &mut finish)?
+            }
+            IoBackend::Psync => {
+                for (i, r) in reqs.iter_mut().enumerate() {
+                    r.done = r.file.read_full(&mut r.buf, r.off)?;
+                    finish(i, r)?;
+                }
+            }
         }
+        let out = out
+            .into_iter()
+            .map(|b| b.expect("every read was handed to finish"))
+            .collect();
         for r in reqs {
             r.buf.recycle();
         }

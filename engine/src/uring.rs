@@ -52,9 +52,17 @@ pub struct ReadReq<'a> {
     pub done: usize,
 }
 
-/// Executes all reads on this thread's ring. Every submitted read has completed
-/// before this returns (also on error), so no buffer is freed under the kernel.
-pub fn read_batch(reqs: &mut [ReadReq<'_>], qd: &QueueDepthHistogram) -> Result<()> {
+/// Executes all reads on this thread's ring and hands each finished read to
+/// `on_done(index)` as its completion arrives, so the caller verifies and decodes
+/// one block while the device still works on the others. Every submitted read has
+/// completed before this returns (also on error), so no buffer is freed under the
+/// kernel. After the first error (IO or from `on_done`) the remaining reads are
+/// drained but not handed on.
+pub fn read_batch(
+    reqs: &mut [ReadReq<'_>],
+    qd: &QueueDepthHistogram,
+    mut on_done: impl FnMut(usize, &ReadReq<'_>) -> Result<()>,
+) -> Result<()> {
     RING.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
@@ -63,7 +71,7 @@ pub fn read_batch(reqs: &mut [ReadReq<'_>], qd: &QueueDepthHistogram) -> Result<
         }
         let ring = slot.as_mut().expect("ring created above");
         let mut first_err: Option<Error> = None;
-        for chunk in reqs.chunks_mut(RING_ENTRIES) {
+        for (c, chunk) in reqs.chunks_mut(RING_ENTRIES).enumerate() {
             {
                 let mut sq = ring.submission();
                 for (i, r) in chunk.iter_mut().enumerate() {
@@ -89,24 +97,31 @@ pub fn read_batch(reqs: &mut [ReadReq<'_>], qd: &QueueDepthHistogram) -> Result<
                 }
                 for cqe in ring.completion() {
                     pending -= 1;
-                    let r = &mut chunk[cqe.user_data() as usize];
+                    let i = cqe.user_data() as usize;
+                    let r = &mut chunk[i];
+                    if first_err.is_some() {
+                        continue;
+                    }
                     if cqe.result() < 0 {
                         let err = std::io::Error::from_raw_os_error(-cqe.result());
-                        first_err.get_or_insert(Error::io(r.file.path(), err));
-                    } else {
-                        r.done = cqe.result() as usize;
-                        r.file.account_read(r.done);
+                        first_err = Some(Error::io(r.file.path(), err));
+                        continue;
                     }
-                }
-            }
-            // A short read that is not at EOF: finish it with pread.
-            for r in chunk.iter_mut() {
-                if r.done < r.buf.len() && first_err.is_none() {
-                    let off = r.off + r.done as u64;
-                    let done = r.done;
-                    match r.file.read_full(&mut r.buf[done..], off) {
-                        Ok(n) => r.done += n,
-                        Err(e) => first_err = Some(e),
+                    r.done = cqe.result() as usize;
+                    r.file.account_read(r.done);
+                    // A short read that is not at EOF: finish it with pread.
+                    if r.done < r.buf.len() {
+                        let done = r.done;
+                        match r.file.read_full(&mut r.buf[done..], r.off + done as u64) {
+                            Ok(n) => r.done += n,
+                            Err(e) => {
+                                first_err = Some(e);
+                                continue;
+                            }
+                        }
+                    }
+                    if let Err(e) = on_done(c * RING_ENTRIES + i, r) {
+                        first_err = Some(e);
                     }
                 }
             }

@@ -202,11 +202,6 @@ pub struct BlockBuilder {
 }
 
 impl BlockBuilder {
-    /// Number of entries added since the last `finish`.
-    pub fn len(&self) -> u16 {
-        self.count
-    }
-
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
@@ -225,21 +220,36 @@ impl BlockBuilder {
         self.prev.encode(&mut self.scratch, coll, key, e);
     }
 
-    /// Bytes the block would use (header, entries, restarts) after adding this entry.
-    pub fn used_with(&mut self, coll: CollId, key: &[u8], e: &IndexEntry) -> usize {
+    /// Appends the entry if the block then uses at most `limit` bytes (header, entries,
+    /// restarts) and holds fewer than `u16::MAX` entries; an empty block always takes
+    /// it. Returns whether it was added. The entry is coded once either way.
+    pub fn add_within(&mut self, coll: CollId, key: &[u8], e: &IndexEntry, limit: usize) -> bool {
+        if self.count == u16::MAX {
+            return false;
+        }
         self.encode_next(coll, key, e);
-        BLOCK_HEADER
+        let used = BLOCK_HEADER
             + self.body.len()
             + self.scratch.len()
-            + 4 * (self.restarts.len() + self.at_restart() as usize)
+            + 4 * (self.restarts.len() + self.at_restart() as usize);
+        if !self.is_empty() && used > limit {
+            return false;
+        }
+        self.append_encoded(coll, key, e);
+        true
     }
 
     /// Appends an entry; (coll, key) must be greater than the previous one.
     pub fn add(&mut self, coll: CollId, key: &[u8], e: &IndexEntry) {
+        self.encode_next(coll, key, e);
+        self.append_encoded(coll, key, e);
+    }
+
+    /// Appends the entry `encode_next` just coded into `scratch`.
+    fn append_encoded(&mut self, coll: CollId, key: &[u8], e: &IndexEntry) {
         if self.at_restart() {
             self.restarts.push((BLOCK_HEADER + self.body.len()) as u32);
         }
-        self.encode_next(coll, key, e);
         self.body.extend_from_slice(&self.scratch);
         self.prev.set(coll, key, e);
         self.count += 1;
@@ -523,10 +533,9 @@ mod tests {
             let mut k = key_of(n).to_be_bytes().to_vec();
             k.resize(20, b'0');
             let e = entry_for(n);
-            if b.used_with(1, &k, &e) > PAGE {
+            if !b.add_within(1, &k, &e, PAGE) {
                 break;
             }
-            b.add(1, &k, &e);
             n += 1;
         }
         let block = b.finish();

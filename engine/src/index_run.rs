@@ -87,15 +87,15 @@ impl RunWriter {
     /// Adds the next entry; keys must be strictly increasing.
     pub fn add(&mut self, coll: CollId, key: &[u8], e: &IndexEntry) -> Result<()> {
         debug_assert!(e.loc.len > 0, "index runs store resolved block lengths");
-        if !self.block.is_empty()
-            && (self.block.used_with(coll, key, e) > PAGE || self.block.len() == u16::MAX)
-        {
+        let mut starts_block = self.block.is_empty();
+        if !self.block.add_within(coll, key, e, PAGE) {
             self.finish_block()?;
+            self.block.add(coll, key, e);
+            starts_block = true;
         }
-        if self.block.is_empty() {
+        if starts_block {
             self.block_first = Some((coll, key.into()));
         }
-        self.block.add(coll, key, e);
         self.hashes.push(key_hash(coll, key));
         self.entries += 1;
         self.min_seqno = self.min_seqno.min(e.seqno);

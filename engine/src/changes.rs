@@ -140,8 +140,8 @@ impl ChangeIter {
                     len: src.info.len,
                 };
                 match self.inner.block_payload(&src.seg, loc, None)? {
-                    crate::db::BlockPayload::Raw(p) => p,
-                    crate::db::BlockPayload::Value(_) => unreachable!("no record requested"),
+                    crate::read_path::BlockPayload::Raw(p) => p,
+                    crate::read_path::BlockPayload::Value(_) => unreachable!("no record requested"),
                 }
             }
         };

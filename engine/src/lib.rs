@@ -41,6 +41,7 @@ mod lock;
 mod log_writer;
 mod memtable;
 mod options;
+mod read_path;
 mod record;
 mod recovery;
 mod segment;

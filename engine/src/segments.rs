@@ -80,3 +80,9 @@ impl Drop for Segment {
 
 /// Copy-on-write map of live segments; snapshots keep the map they saw.
 pub type SegmentMap = Arc<BTreeMap<SegId, Arc<Segment>>>;
+
+impl crate::uring::ReadTarget for Segment {
+    fn data_file(&self) -> &DataFile {
+        &self.file
+    }
+}

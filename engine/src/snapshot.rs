@@ -368,24 +368,22 @@ impl ScanIter {
                 }
             }
             self.batch = (self.batch * 2).min(64);
-            let want: Vec<usize> = (0..self.ready.len())
-                .filter(|&i| self.ready[i].2.is_none())
-                .collect();
-            let items: Vec<(&[u8], IndexEntry)> = want
-                .iter()
-                .map(|&i| (self.ready[i].0.as_slice(), self.ready[i].1))
-                .collect();
-            let values = inner.read_values(self.coll, &items, Some(&self.snap.segs))?;
-            for (i, v) in want.into_iter().zip(values) {
-                let (_, e, slot) = &mut self.ready[i];
-                let Some(v) = v else {
-                    return Err(Error::corruption(
-                        crate::segment::segment_path(&inner.dir, e.loc.seg),
-                        e.loc.off,
-                        "scan found an index entry pointing to a segment that no longer exists",
-                    ));
-                };
-                *slot = Some(v);
+            let want = (0..self.ready.len()).filter(|&i| self.ready[i].2.is_none());
+            let items = want.map(|i| Ok((i, self.ready[i].0.as_slice(), self.ready[i].1)));
+            let f =
+                inner.fetch_values(self.coll, self.ready.len(), items, Some(&self.snap.segs))?;
+            if let Some(&i) = f.retired.first() {
+                let e = self.ready[i].1;
+                return Err(Error::corruption(
+                    crate::segment::segment_path(&inner.dir, e.loc.seg),
+                    e.loc.off,
+                    "scan found an index entry pointing to a segment that no longer exists",
+                ));
+            }
+            for (i, v) in f.values.into_iter().enumerate() {
+                if v.is_some() {
+                    self.ready[i].2 = v;
+                }
             }
         }
         let (key, _, value) = self.ready.pop_front().expect("filled above");

@@ -32,8 +32,42 @@ struct Shard<K, V> {
 pub struct ClockCache<K, V> {
     shards: Vec<Mutex<Shard<K, V>>>,
     cap_per_shard: std::sync::atomic::AtomicUsize,
+    doorkeeper: Option<Doorkeeper>,
     pub hits: AtomicU64,
     pub misses: AtomicU64,
+    /// Values [`ClockCache::offer`]ed but not admitted (first miss in the window).
+    pub declined: AtomicU64,
+}
+
+/// An admission filter in the manner of TinyLFU's doorkeeper: it remembers the hashes
+/// of the last misses (one per slot, newest wins) and admits a key on its second
+/// miss while still remembered. When reads are spread uniformly over data many
+/// times larger than the cache, a block is rarely read twice while cached, and
+/// caching every one only costs an insert, an eviction and a free per read; a
+/// block read again soon is admitted at its second miss.
+struct Doorkeeper {
+    slots: Box<[AtomicU64]>,
+}
+
+impl Doorkeeper {
+    fn new(slots: usize) -> Self {
+        Doorkeeper {
+            slots: (0..slots.next_power_of_two())
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        }
+    }
+
+    /// Records a miss of `hash`; true if this hash missed before and is still held.
+    fn second_miss(&self, hash: u64) -> bool {
+        let tag = hash | 1; // never 0, the empty slot
+        let i = (hash >> 1) as usize & (self.slots.len() - 1);
+        self.slots[i].swap(tag, Ordering::Relaxed) == tag
+    }
+
+    fn bytes(&self) -> usize {
+        self.slots.len() * std::mem::size_of::<AtomicU64>()
+    }
 }
 
 impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
@@ -52,9 +86,37 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
                 })
                 .collect(),
             cap_per_shard: std::sync::atomic::AtomicUsize::new((capacity / SHARDS).max(1)),
+            doorkeeper: None,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            declined: AtomicU64::new(0),
         }
+    }
+
+    /// A cache whose [`ClockCache::offer`] admits a key only on its second miss among
+    /// the last `window` misses (rounded up to a power of two).
+    pub fn with_doorkeeper(capacity: usize, window: usize) -> Self {
+        ClockCache {
+            doorkeeper: Some(Doorkeeper::new(window.max(1))),
+            ..Self::new(capacity)
+        }
+    }
+
+    /// Bytes of the admission filter (fixed at creation).
+    pub fn filter_bytes(&self) -> usize {
+        self.doorkeeper.as_ref().map_or(0, Doorkeeper::bytes)
+    }
+
+    /// Inserts a value just read after a miss, if the admission filter (when there
+    /// is one) admits it; see [`ClockCache::with_doorkeeper`].
+    pub fn offer(&self, k: K, v: Arc<V>, charge: usize) {
+        if let Some(d) = &self.doorkeeper {
+            if !d.second_miss(FixedState::with_seed(SHARD_SEED).hash_one(&k)) {
+                self.declined.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        self.insert(k, v, charge);
     }
 
     fn shard(&self, k: &K) -> &Mutex<Shard<K, V>> {
@@ -198,5 +260,33 @@ mod tests {
         assert!(c.get(&0).is_none(), "oldest entry must have been evicted");
         c.retain(|k| *k != 1 << 40);
         assert!(c.get(&(1 << 40)).is_none());
+    }
+
+    #[test]
+    fn the_doorkeeper_admits_a_key_at_its_second_miss_only() {
+        let c: ClockCache<u64, Vec<u8>> = ClockCache::with_doorkeeper(1 << 20, 1024);
+        assert_eq!(c.filter_bytes(), 1024 * 8);
+        c.offer(1, Arc::new(vec![1]), 100);
+        assert!(c.get(&1).is_none(), "first miss must not be admitted");
+        c.offer(1, Arc::new(vec![1]), 100);
+        assert!(c.get(&1).is_some(), "second miss must be admitted");
+        assert_eq!(c.declined.load(Ordering::Relaxed), 1);
+        // A key whose first miss was pushed out of the window starts over.
+        c.offer(2, Arc::new(vec![2]), 100);
+        for k in 1000..100_000u64 {
+            c.offer(k, Arc::new(vec![]), 1);
+        }
+        c.offer(2, Arc::new(vec![2]), 100);
+        assert!(
+            c.get(&2).is_none(),
+            "a miss long forgotten is a first miss again"
+        );
+        // Plain inserts (and caches without a doorkeeper) are not filtered.
+        c.insert(3, Arc::new(vec![3]), 100);
+        assert!(c.get(&3).is_some());
+        let plain: ClockCache<u64, Vec<u8>> = ClockCache::new(1 << 20);
+        plain.offer(4, Arc::new(vec![4]), 100);
+        assert!(plain.get(&4).is_some());
+        assert_eq!(plain.filter_bytes(), 0);
     }
 }

@@ -16,9 +16,11 @@ pub struct DataBlock {
 }
 
 impl DataBlock {
-    /// Indexes `payload`. `Err(offset)` names the first record that does not decode.
-    pub fn new(payload: Vec<u8>) -> Result<DataBlock, usize> {
-        let mut slots = Vec::new();
+    /// Indexes `payload`, which its block header says holds `nrecs` records (sizes
+    /// the table in one allocation). `Err(offset)` names the first record that does
+    /// not decode.
+    pub fn new(payload: Vec<u8>, nrecs: usize) -> Result<DataBlock, usize> {
+        let mut slots = Vec::with_capacity(nrecs);
         for item in RecordIter::new(&payload) {
             let (at, r) = item?;
             slots.push((r.seqno, at as u32));
@@ -88,7 +90,7 @@ mod tests {
             for s in &seqnos {
                 payload.extend(rec((s % 3) as CollId, *s, format!("k{s}").as_bytes(), &s.to_le_bytes()));
             }
-            let b = DataBlock::new(payload).unwrap();
+            let b = DataBlock::new(payload, seqnos.len()).unwrap();
             for s in &seqnos {
                 let coll = (s % 3) as CollId;
                 let key = format!("k{s}");
@@ -103,7 +105,7 @@ mod tests {
 
         #[test]
         fn indexing_survives_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
-            if let Ok(b) = DataBlock::new(bytes) {
+            if let Ok(b) = DataBlock::new(bytes, 4) {
                 for &(s, _) in &b.slots {
                     let _ = b.find(0, b"", s);
                 }
@@ -116,6 +118,6 @@ mod tests {
         let mut payload = rec(1, 1, b"a", b"x");
         let at = payload.len();
         payload.push(0x7f); // not a record kind
-        assert_eq!(DataBlock::new(payload).unwrap_err(), at);
+        assert_eq!(DataBlock::new(payload, 1).unwrap_err(), at);
     }
 }

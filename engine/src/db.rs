@@ -255,7 +255,10 @@ impl Db {
         let counters = Arc::new(IoCounters::default());
         let cache_bytes = opts.cache_bytes(0, opts.write_cache_bytes());
         let index_cache: Arc<IndexCache> = Arc::new(ClockCache::new((cache_bytes / 2) as usize));
-        let data_cache: Arc<DataCache> = Arc::new(ClockCache::new((cache_bytes / 2) as usize));
+        let data_cache: Arc<DataCache> = Arc::new(ClockCache::with_doorkeeper(
+            (cache_bytes / 2) as usize,
+            (opts.memory_budget / crate::aligned::PAGE as u64) as usize,
+        ));
 
         let ckpt = match checkpoint::read(dir)? {
             Some(c) => c,
@@ -1119,7 +1122,8 @@ impl Inner {
     pub(crate) fn rebalance_caches(&self) {
         let v = self.version.read().clone();
         let pinned: u64 = v.runs.iter().map(|r| r.memory_bytes() as u64).sum::<u64>()
-            + self.garbage.lock().memory_bytes() as u64;
+            + self.garbage.lock().memory_bytes() as u64
+            + self.data_cache.filter_bytes() as u64;
         self.pinned_bytes.store(pinned, Ordering::Relaxed);
         self.resize_caches(&v, pinned);
     }

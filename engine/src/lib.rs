@@ -70,8 +70,8 @@ pub mod decoders {
     /// Decodes a log block (header, checksum, decompression) and indexes its records
     /// as the data cache does.
     pub fn log_block(b: &[u8]) {
-        if let Ok((_, raw)) = crate::block::decode(b, Path::new("fuzz"), 0) {
-            let _ = crate::data_block::DataBlock::new(raw);
+        if let Ok((h, raw)) = crate::block::decode(b, Path::new("fuzz"), 0) {
+            let _ = crate::data_block::DataBlock::new(raw, h.nrecs as usize);
         }
     }
     /// Decodes a segment footer.

@@ -239,7 +239,9 @@ impl LogWriter {
         let raw = self
             .open
             .seal_into(&mut self.scratch, self.compression, flags);
-        let cached = Arc::new(DataBlock::new(raw).expect("records the writer encoded decode"));
+        let cached = Arc::new(
+            DataBlock::new(raw, nrecs as usize).expect("records the writer encoded decode"),
+        );
         let h =
             crate::block::BlockHeader::parse(&self.scratch).expect("freshly sealed block parses");
         debug_assert_eq!(h.nrecs, nrecs);

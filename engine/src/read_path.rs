@@ -19,12 +19,16 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// A block read on behalf of a batch, and the records waiting for it.
+/// `(slot, key, seqno)` of a record wanted from a block.
+type Item<'k> = (usize, &'k [u8], Seqno);
+
+/// A block read on behalf of a batch, and the records waiting for it (the first
+/// inline: most blocks serve one key, and every allocation here is per key).
 struct Want<'k> {
     off: u64,
     len: u32,
-    /// `(slot, key, seqno)` of each record wanted from this block.
-    items: Vec<(usize, &'k [u8], Seqno)>,
+    first: Option<Item<'k>>,
+    more: Vec<Item<'k>>,
     /// The block once its read has completed (for records that ask for it later).
     block: Option<Arc<DataBlock>>,
 }
@@ -220,12 +224,13 @@ impl Inner {
                 ),
             ));
         }
-        let (_, raw) = crate::block::decode(&r.buf[skip..end], seg.file.path(), off)?;
+        let (h, raw) = crate::block::decode(&r.buf[skip..end], seg.file.path(), off)?;
         let block = Arc::new(
-            DataBlock::new(raw).map_err(|at| Error::malformed_record(seg.file.path(), off, at))?,
+            DataBlock::new(raw, h.nrecs as usize)
+                .map_err(|at| Error::malformed_record(seg.file.path(), off, at))?,
         );
         self.data_cache
-            .insert((seg.id, off), block.clone(), block.charge());
+            .offer((seg.id, off), block.clone(), block.charge());
         Ok(block)
     }
 
@@ -328,8 +333,9 @@ impl Inner {
             retired: Vec::new(),
         };
         let mut in_writer: Vec<(usize, &'k [u8], IndexEntry)> = Vec::new();
-        let mut wants: Vec<Want<'k>> = Vec::new();
-        let mut by_block: HashMap<(SegId, u64), usize, FixedState> = HashMap::default();
+        let mut wants: Vec<Want<'k>> = Vec::with_capacity(slots);
+        let mut by_block: HashMap<(SegId, u64), usize, FixedState> =
+            HashMap::with_capacity_and_hasher(slots, FixedState::default());
         self.with_reader(|reader| {
             for item in items {
                 let (i, key, e) = item?;
@@ -344,7 +350,7 @@ impl Inner {
                             f.values[i] =
                                 Some(find_record(b, coll, key, e.seqno, seg.file.path(), w.off)?)
                         }
-                        None => w.items.push((i, key, e.seqno)),
+                        None => w.more.push((i, key, e.seqno)),
                     }
                     continue;
                 }
@@ -360,7 +366,8 @@ impl Inner {
                 wants.push(Want {
                     off: e.loc.off,
                     len,
-                    items: vec![(i, key, e.seqno)],
+                    first: Some((i, key, e.seqno)),
+                    more: Vec::new(),
                     block: None,
                 });
                 let req = ReadReq::covering(seg, e.loc.off, len);
@@ -390,7 +397,7 @@ impl Inner {
         r: &ReadReq<Arc<Segment>>,
     ) -> Result<()> {
         let block = self.decode_read(w.off, w.len, r)?;
-        for (i, key, seqno) in w.items.drain(..) {
+        for (i, key, seqno) in w.first.take().into_iter().chain(w.more.drain(..)) {
             values[i] = Some(find_record(
                 &block,
                 coll,

@@ -89,10 +89,13 @@ pub struct Stats {
     pub index_cache_capacity: u64,
     pub block_cache_hits: u64,
     pub block_cache_misses: u64,
+    /// Blocks read after a miss but not cached: the admission filter saw no earlier
+    /// miss of them (see the data cache's doorkeeper).
+    pub block_cache_declined: u64,
     pub index_cache_hits: u64,
     pub index_cache_misses: u64,
-    /// Memory accounted against the budget: caches, memtables, bloom filters and
-    /// block indexes of runs, garbage map.
+    /// Memory accounted against the budget: caches (with the block cache's admission
+    /// filter), memtables, bloom filters and block indexes of runs, garbage map.
     pub memory_bytes: u64,
     pub memory_budget: u64,
     /// Device reads per get (reads of log blocks, not cache hits).
@@ -172,6 +175,7 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
     let memory = mem_tables
         + run_mem
         + inner.data_cache.used() as u64
+        + inner.data_cache.filter_bytes() as u64
         + inner.index_cache.used() as u64
         + inner.garbage.lock().memory_bytes() as u64;
     let meta = inner.meta.lock();
@@ -212,6 +216,7 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         index_cache_capacity: inner.index_cache.capacity() as u64,
         block_cache_hits: inner.data_cache.hits.load(Ordering::Relaxed),
         block_cache_misses: inner.data_cache.misses.load(Ordering::Relaxed),
+        block_cache_declined: inner.data_cache.declined.load(Ordering::Relaxed),
         index_cache_hits: inner.index_cache.hits.load(Ordering::Relaxed),
         index_cache_misses: inner.index_cache.misses.load(Ordering::Relaxed),
         memory_bytes: memory,

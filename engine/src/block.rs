@@ -203,8 +203,11 @@ impl BlockBuilder {
         let crc = crc32c::crc32c(&out[start + 8..]);
         out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
         self.nrecs = 0;
-        let capacity = self.raw.capacity();
-        std::mem::replace(&mut self.raw, Vec::with_capacity(capacity))
+        // An exact-size copy goes to the data cache (which charges what it holds);
+        // the builder keeps its grown buffer for the next block.
+        let raw = self.raw.clone();
+        self.raw.clear();
+        raw
     }
 }
 

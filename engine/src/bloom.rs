@@ -21,17 +21,34 @@ pub struct Bloom {
 }
 
 impl Bloom {
-    /// Builds a filter over the given key hashes.
-    pub fn build(hashes: &[u64], bits_per_key: usize) -> Bloom {
-        let nbits = ((hashes.len() * bits_per_key).max(1) as u64).next_multiple_of(LINE_BITS);
+    /// An empty filter sized for `keys` keys (more keys still work, with more false
+    /// positives), so a run writer fills it as entries arrive instead of keeping
+    /// every key's hash until the end.
+    pub fn with_capacity(keys: usize, bits_per_key: usize) -> Bloom {
+        let nbits = ((keys * bits_per_key).max(1) as u64).next_multiple_of(LINE_BITS);
         let k = ((bits_per_key as f64) * 0.69).round().clamp(1.0, 30.0) as u8;
-        let mut bits = vec![0u64; (nbits / 64) as usize];
-        for &h in hashes {
-            for pos in probes(h, k, nbits) {
-                bits[(pos / 64) as usize] |= 1 << (pos % 64);
-            }
+        Bloom {
+            bits: vec![0u64; (nbits / 64) as usize],
+            nbits,
+            k,
         }
-        Bloom { bits, nbits, k }
+    }
+
+    /// Adds a key hash.
+    pub fn insert(&mut self, h: u64) {
+        for pos in probes(h, self.k, self.nbits) {
+            self.bits[(pos / 64) as usize] |= 1 << (pos % 64);
+        }
+    }
+
+    /// Builds a filter over the given key hashes.
+    #[cfg(test)]
+    pub fn build(hashes: &[u64], bits_per_key: usize) -> Bloom {
+        let mut b = Bloom::with_capacity(hashes.len(), bits_per_key);
+        for &h in hashes {
+            b.insert(h);
+        }
+        b
     }
 
     /// False means definitely absent.
@@ -106,6 +123,23 @@ mod tests {
         b.encode(&mut enc);
         let d = Bloom::decode(&enc).unwrap();
         assert!(hs.iter().all(|&h| d.may_contain(h)));
+    }
+
+    #[test]
+    fn a_filter_sized_for_fewer_keys_still_has_no_false_negatives() {
+        let mut b = Bloom::with_capacity(100, 10);
+        assert_eq!(
+            b.bytes(),
+            128,
+            "1,000 bits rounded up to two cache lines: sized for 100 keys"
+        );
+        let hs: Vec<u64> = (0..5_000u32)
+            .map(|i| key_hash(2, &i.to_be_bytes()))
+            .collect();
+        for &h in &hs {
+            b.insert(h);
+        }
+        assert!(hs.iter().all(|&h| b.may_contain(h)));
     }
 
     #[test]

@@ -193,22 +193,23 @@ pub fn flush_one(inner: &Arc<Inner>) -> Result<bool> {
         m.next_run_id - 1
     };
     let mut dead = Vec::new();
-    let mut w = RunWriter::create(&inner.dir, run_id, inner.io_mode, inner.counters.clone())?;
-    let entries = mt.sorted_entries();
-    let mut i = 0;
+    let mut w = RunWriter::create(
+        &inner.dir,
+        run_id,
+        mt.len(),
+        inner.io_mode,
+        inner.counters.clone(),
+    )?;
     let mut written = 0u64;
     let mut purged = 0;
-    while i < entries.len() {
-        let (coll, key) = (entries[i].0, &entries[i].1);
-        let mut j = i;
-        let mut best = entries[i].2;
-        while j < entries.len() && entries[j].0 == coll && entries[j].1 == *key {
-            if entries[j].2.supersedes(&best) {
-                best = entries[j].2;
+    mt.for_each_key(|coll, key, versions| -> Result<()> {
+        let mut best = versions[0];
+        for e in &versions[1..] {
+            if e.supersedes(&best) {
+                best = *e;
             }
-            j += 1;
         }
-        for (_, _, e) in &entries[i..j] {
+        for e in versions {
             if *e != best {
                 dead.push(dead_of(e));
             }
@@ -226,8 +227,8 @@ pub fn flush_one(inner: &Arc<Inner>) -> Result<bool> {
             w.add(coll, key, &best)?;
             written += 1;
         }
-        i = j;
-    }
+        Ok(())
+    })?;
     let run = Arc::new(w.finish(inner.index_cache.clone())?);
     let keep_run = written > 0;
     {
@@ -292,7 +293,14 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
         m.next_run_id += 1;
         m.next_run_id - 1
     };
-    let mut w = RunWriter::create(&inner.dir, run_id, inner.io_mode, inner.counters.clone())?;
+    let expected = inputs.iter().map(|r| r.entries as usize).sum();
+    let mut w = RunWriter::create(
+        &inner.dir,
+        run_id,
+        expected,
+        inner.io_mode,
+        inner.counters.clone(),
+    )?;
     let mut cursors = inputs
         .iter()
         .map(|r| RunCursor::seek_uncached(r.clone(), 0, Some(&[]), false))

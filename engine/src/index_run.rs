@@ -30,6 +30,8 @@ const RUN_MAGIC: &[u8; 8] = b"BSLTIDX1";
 /// Index run format version written by this build.
 pub const RUN_VERSION: u32 = 3;
 const WRITE_BUF: usize = 1 << 20;
+/// Bloom filter bits per key (about 1% false positives).
+const BLOOM_BITS_PER_KEY: usize = 10;
 
 /// Cache of verified index blocks, keyed by (run id, block offset).
 pub type IndexCache = ClockCache<(u64, u64), Vec<u8>>;
@@ -57,14 +59,21 @@ pub struct RunWriter {
     block: BlockBuilder,
     block_first: Option<(CollId, Box<[u8]>)>,
     index: Vec<(CollId, Box<[u8]>, u64, u32)>,
-    hashes: Vec<u64>,
+    bloom: Bloom,
     entries: u64,
     min_seqno: Seqno,
     max_seqno: Seqno,
 }
 
 impl RunWriter {
-    pub fn create(dir: &Path, id: u64, mode: IoMode, counters: Arc<IoCounters>) -> Result<Self> {
+    /// A writer for run `id`, its bloom filter sized for `expected` entries.
+    pub fn create(
+        dir: &Path,
+        id: u64,
+        expected: usize,
+        mode: IoMode,
+        counters: Arc<IoCounters>,
+    ) -> Result<Self> {
         let path = run_path(dir, id);
         let file = DataFile::open(&path, mode, true, counters)?;
         file.set_len(0)?;
@@ -77,7 +86,7 @@ impl RunWriter {
             block: BlockBuilder::default(),
             block_first: None,
             index: Vec::new(),
-            hashes: Vec::new(),
+            bloom: Bloom::with_capacity(expected, BLOOM_BITS_PER_KEY),
             entries: 0,
             min_seqno: u64::MAX,
             max_seqno: 0,
@@ -96,7 +105,7 @@ impl RunWriter {
         if starts_block {
             self.block_first = Some((coll, key.into()));
         }
-        self.hashes.push(key_hash(coll, key));
+        self.bloom.insert(key_hash(coll, key));
         self.entries += 1;
         self.min_seqno = self.min_seqno.min(e.seqno);
         self.max_seqno = self.max_seqno.max(e.seqno);
@@ -140,7 +149,7 @@ impl RunWriter {
             meta.extend_from_slice(&pages.to_le_bytes());
         }
         let meta_len = meta.len() as u64;
-        Bloom::build(&self.hashes, 10).encode(&mut meta);
+        self.bloom.encode(&mut meta);
         let bloom_len = meta.len() as u64 - meta_len;
         let meta_off = self.file_off + self.buf_len as u64;
         let meta_crc = crc32c::crc32c(&meta);
@@ -688,7 +697,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let counters = Arc::new(IoCounters::default());
         let cache = Arc::new(IndexCache::new(1 << 20));
-        let mut w = RunWriter::create(dir.path(), 1, IoMode::Buffered, counters.clone()).unwrap();
+        let mut w =
+            RunWriter::create(dir.path(), 1, 5000, IoMode::Buffered, counters.clone()).unwrap();
         let keys: Vec<Vec<u8>> = (0..5000u32)
             .map(|i| format!("key{:08}", i * 2).into_bytes())
             .collect();
@@ -749,7 +759,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let counters = Arc::new(IoCounters::default());
             let cache = Arc::new(IndexCache::new(1 << 20));
-            let mut w = RunWriter::create(dir.path(), 1, IoMode::Buffered, counters).unwrap();
+            let mut w = RunWriter::create(dir.path(), 1, keys.len(), IoMode::Buffered, counters).unwrap();
             let model: Vec<(CollId, Vec<u8>, u64)> =
                 keys.into_iter().enumerate().map(|(i, (c, k))| (c, k, i as u64 + 1)).collect();
             for (c, k, s) in &model {
@@ -783,7 +793,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let counters = Arc::new(IoCounters::default());
         let cache = Arc::new(IndexCache::new(1 << 20));
-        let mut w = RunWriter::create(dir.path(), 7, IoMode::Buffered, counters.clone()).unwrap();
+        let mut w =
+            RunWriter::create(dir.path(), 7, 300, IoMode::Buffered, counters.clone()).unwrap();
         for i in 0..300u32 {
             w.add(1, &i.to_be_bytes(), &entry(i as u64 + 1)).unwrap();
         }

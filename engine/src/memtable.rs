@@ -34,8 +34,10 @@ impl MemKey {
     }
 }
 
-/// Fixed per-entry overhead charged to the memory budget (node, key box, entry).
-const ENTRY_OVERHEAD: u64 = 96;
+/// Fixed per-entry overhead charged to the memory budget (skip-list node with its
+/// tower, key box, entry, allocator headers): measured at 126 bytes beyond the key
+/// (300,000 random 20-byte keys: 146 bytes of RSS per entry).
+const ENTRY_OVERHEAD: u64 = 128;
 
 /// One memtable. Immutable once rotated out; flushed to an index run.
 pub struct Memtable {
@@ -116,12 +118,32 @@ impl Memtable {
         }
     }
 
-    /// Owned snapshot of all entries, sorted (used by flush).
-    pub fn sorted_entries(&self) -> Vec<(CollId, Box<[u8]>, IndexEntry)> {
-        self.map
-            .iter()
-            .map(|e| (e.key().coll, e.key().key.clone(), *e.value()))
-            .collect()
+    /// Calls `f(coll, key, versions)` for every key in order with all its versions
+    /// (newest first), walking the table in place: a flush streams it into a run
+    /// without a second copy of the memtable in memory.
+    pub fn for_each_key<E>(
+        &self,
+        mut f: impl FnMut(CollId, &[u8], &[IndexEntry]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut versions: Vec<IndexEntry> = Vec::new();
+        let mut cur: Option<crossbeam_skiplist::map::Entry<'_, MemKey, IndexEntry>> = None;
+        for e in self.map.iter() {
+            let same = cur
+                .as_ref()
+                .is_some_and(|c| c.key().coll == e.key().coll && c.key().key == e.key().key);
+            if !same {
+                if let Some(c) = cur.take() {
+                    f(c.key().coll, &c.key().key, &versions)?;
+                }
+                versions.clear();
+                cur = Some(e.clone());
+            }
+            versions.push(*e.value());
+        }
+        match cur {
+            Some(c) => f(c.key().coll, &c.key().key, &versions),
+            None => Ok(()),
+        }
     }
 }
 
@@ -129,6 +151,47 @@ impl Memtable {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn for_each_key_visits_keys_in_order_with_all_versions_newest_first() {
+        let m = Memtable::new(1, LogPos { seg: 0, off: 0 });
+        let e = |seqno| IndexEntry {
+            seqno,
+            kind: crate::record::Kind::Put,
+            reloc: false,
+            loc: crate::entry::Location {
+                seg: 1,
+                off: seqno,
+                len: 10,
+            },
+            rec_size: 10,
+        };
+        for (coll, key, seqno) in [
+            (2, "a", 1),
+            (1, "b", 2),
+            (1, "a", 3),
+            (1, "b", 4),
+            (1, "b", 5),
+        ] {
+            m.insert(coll, key.as_bytes(), e(seqno));
+        }
+        let mut seen = Vec::new();
+        m.for_each_key(|coll, key, versions| {
+            let seqnos: Vec<u64> = versions.iter().map(|v| v.seqno).collect();
+            seen.push((coll, String::from_utf8(key.to_vec()).unwrap(), seqnos));
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(
+            seen,
+            vec![
+                (1, "a".to_string(), vec![3]),
+                (1, "b".to_string(), vec![5, 4, 2]),
+                (2, "a".to_string(), vec![1]),
+            ]
+        );
+        assert_eq!(m.for_each_key(|_, _, _| Err("stop")), Err("stop"));
+    }
 
     proptest! {
         #[test]

@@ -157,7 +157,7 @@ impl<T: ReadTarget> Reader<T> for SyncReader<T> {
 /// (and one doorbell write, which costs a VM exit on a virtual disk) covers several.
 pub const SUBMIT_GROUP: usize = 8;
 
-/// Reads in flight on this thread's ring. Reads are queued with [`Batch::push`] as
+/// Reads in flight on this thread's ring. Reads are queued with [`Reader::push`] as
 /// the caller discovers them, so the device works while the caller resolves the next
 /// key; each finished read is handed to the caller's `on_done(index, req)` as its
 /// completion arrives, so verifying and decoding one block overlaps the other reads.
@@ -265,7 +265,7 @@ impl<'r, T: ReadTarget> Batch<'r, T> {
     }
 
     /// Submits every queued read without waiting.
-    pub fn submit(&mut self) -> Result<()> {
+    fn submit(&mut self) -> Result<()> {
         if self.queued == 0 {
             return Ok(());
         }

@@ -110,23 +110,28 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
     /// Inserts a value just read after a miss, if the admission filter (when there
     /// is one) admits it; see [`ClockCache::with_doorkeeper`].
     pub fn offer(&self, k: K, v: Arc<V>, charge: usize) {
+        let hv = Self::hash(&k);
         if let Some(d) = &self.doorkeeper {
-            if !d.second_miss(FixedState::with_seed(SHARD_SEED).hash_one(&k)) {
+            if !d.second_miss(hv) {
                 self.declined.fetch_add(1, Ordering::Relaxed);
                 return;
             }
         }
-        self.insert(k, v, charge);
+        self.insert_hashed(k, hv, v, charge);
     }
 
-    fn shard(&self, k: &K) -> &Mutex<Shard<K, V>> {
-        let hv = FixedState::with_seed(SHARD_SEED).hash_one(k);
+    /// The key's hash, which picks its shard (and its doorkeeper slot).
+    fn hash(k: &K) -> u64 {
+        FixedState::with_seed(SHARD_SEED).hash_one(k)
+    }
+
+    fn shard(&self, hv: u64) -> &Mutex<Shard<K, V>> {
         &self.shards[(hv as usize) % SHARDS]
     }
 
     /// Looks up `k`, counting a hit or a miss.
     pub fn get(&self, k: &K) -> Option<Arc<V>> {
-        let mut s = self.shard(k).lock();
+        let mut s = self.shard(Self::hash(k)).lock();
         let r = match s.map.get(k).copied() {
             Some(i) => {
                 let slot = s.slots[i].as_mut().expect("mapped slot is occupied");
@@ -147,11 +152,16 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
     /// Inserts `v` charged at `charge` bytes, evicting unreferenced entries as needed.
     /// Values larger than a shard's budget are not cached.
     pub fn insert(&self, k: K, v: Arc<V>, charge: usize) {
+        let hv = Self::hash(&k);
+        self.insert_hashed(k, hv, v, charge);
+    }
+
+    fn insert_hashed(&self, k: K, hv: u64, v: Arc<V>, charge: usize) {
         let cap = self.cap_per_shard.load(Ordering::Relaxed);
         if charge > cap {
             return;
         }
-        let mut guard = self.shard(&k).lock();
+        let mut guard = self.shard(hv).lock();
         let s = &mut *guard;
         if let Some(&i) = s.map.get(&k) {
             let slot = s.slots[i].as_mut().expect("mapped slot is occupied");

@@ -18,6 +18,7 @@ use fuser::{
 use crate::fs::{Caller, NewNode, ReadPlan};
 use crate::layout::Kind;
 use crate::read_pool::ReadPool;
+use crate::requests::{Op, Requests};
 use crate::state::{Errno, Node, State, ROOT_INO};
 use crate::views::{self, Virtual};
 
@@ -65,6 +66,8 @@ pub struct Shared {
     pub done_cv: Condvar,
     /// Engine reads in flight off the FUSE workers.
     reads: ReadPool<(ReadPlan, ReplyData)>,
+    /// FUSE requests received, by operation.
+    pub requests: Requests,
 }
 
 impl Shared {
@@ -96,6 +99,7 @@ impl Shared {
                     },
                 )
             },
+            requests: Requests::default(),
             opts,
         }
     }
@@ -475,6 +479,7 @@ impl BasaltFs {
                         "writeback_cache": self.shared.opts.writeback_cache,
                         "readdirplus": self.shared.opts.readdirplus,
                         "max_write": self.shared.opts.max_write,
+                        "requests": self.shared.requests.to_json(),
                     }
                 })
             }
@@ -707,10 +712,12 @@ impl Filesystem for BasaltFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.shared.requests.count(Op::Lookup);
         self.entry(reply, self.lookup_inner(parent.0, name));
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.shared.requests.count(Op::Forget);
         let mut st = self.shared.lock();
         if let Some(n) = st.nodes.get_mut(&ino.0) {
             n.lookups = n.lookups.saturating_sub(nlookup);
@@ -719,6 +726,7 @@ impl Filesystem for BasaltFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.shared.requests.count(Op::Getattr);
         match self.attr(ino.0) {
             Ok(a) => reply.attr(&self.shared.opts.attr_ttl, &a),
             Err(e) => reply.error(ferr(e)),
@@ -743,6 +751,7 @@ impl Filesystem for BasaltFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.shared.requests.count(Op::Setattr);
         match self.setattr_inner(ino.0, mode, uid, gid, size, atime, mtime) {
             Ok(a) => reply.attr(&self.shared.opts.attr_ttl, &a),
             Err(e) => reply.error(ferr(e)),
@@ -750,6 +759,7 @@ impl Filesystem for BasaltFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.shared.requests.count(Op::Readlink);
         let st = self.shared.lock();
         match st.node(ino.0) {
             Ok(n) if n.kind == Kind::Symlink => reply.data(&n.symlink),
@@ -768,6 +778,7 @@ impl Filesystem for BasaltFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.shared.requests.count(Op::Mknod);
         let kind = match mode & libc::S_IFMT {
             libc::S_IFREG | 0 => Kind::File,
             libc::S_IFIFO => Kind::Fifo,
@@ -796,6 +807,7 @@ impl Filesystem for BasaltFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        self.shared.requests.count(Op::Mkdir);
         let new = NewNode {
             kind: Kind::Dir,
             mode,
@@ -807,10 +819,12 @@ impl Filesystem for BasaltFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.shared.requests.count(Op::Unlink);
         reply_empty(reply, self.remove(parent.0, name, false));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.shared.requests.count(Op::Rmdir);
         reply_empty(reply, self.remove(parent.0, name, true));
     }
 
@@ -822,6 +836,7 @@ impl Filesystem for BasaltFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.shared.requests.count(Op::Symlink);
         let t = target.as_os_str().as_bytes();
         if t.len() >= 4096 {
             return reply.error(FErrno::from_i32(libc::ENAMETOOLONG));
@@ -846,6 +861,7 @@ impl Filesystem for BasaltFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.shared.requests.count(Op::Rename);
         let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
         if flags.intersects(RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT) {
             return reply.error(FErrno::from_i32(libc::EINVAL));
@@ -876,6 +892,7 @@ impl Filesystem for BasaltFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.shared.requests.count(Op::Link);
         if self.shared.virt(ino.0).is_some() || self.shared.virt(newparent.0).is_some() {
             return reply.error(FErrno::from_i32(libc::EROFS));
         }
@@ -890,6 +907,7 @@ impl Filesystem for BasaltFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.shared.requests.count(Op::Open);
         match self.open_file(ino.0, flags.0) {
             Ok((fh, fl)) => reply.opened(FileHandle(fh), fl),
             Err(e) => reply.error(ferr(e)),
@@ -907,6 +925,7 @@ impl Filesystem for BasaltFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.shared.requests.count(Op::Read);
         if let Some(Handle::Virtual { data }) = self.shared.handles().get(&fh.0) {
             let a = (offset as usize).min(data.len());
             let z = a.saturating_add(size as usize).min(data.len());
@@ -936,6 +955,7 @@ impl Filesystem for BasaltFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.shared.requests.count(Op::Write);
         if self.shared.virt(ino.0).is_some() {
             return reply.error(FErrno::from_i32(libc::EROFS));
         }
@@ -946,18 +966,23 @@ impl Filesystem for BasaltFs {
         }
     }
 
+    /// Declined, so that the kernel stops sending FLUSH (it remembers ENOSYS for the
+    /// connection) and `close` costs one round trip less. Nothing is lost: with the
+    /// writeback cache the kernel has already written the dirty pages (WRITE) and
+    /// reported their errors before it would send FLUSH, the data is committed to the
+    /// engine at RELEASE (sent right after the last close, without the closer waiting)
+    /// or by the flusher, and `fsync` still commits and syncs before it returns. Locks
+    /// are the kernel's, so there is no lock owner to release here.
     fn flush(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        if self.shared.virt(ino.0).is_some() {
-            return reply.ok();
-        }
-        reply_empty(reply, self.shared.lock().flush_node(ino.0));
+        self.shared.requests.count(Op::Flush);
+        reply.error(FErrno::from_i32(libc::ENOSYS));
     }
 
     fn release(
@@ -970,6 +995,7 @@ impl Filesystem for BasaltFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.shared.requests.count(Op::Release);
         reply_empty(reply, self.release_file(fh.0));
     }
 
@@ -981,6 +1007,7 @@ impl Filesystem for BasaltFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.shared.requests.count(Op::Fsync);
         if self.shared.virt(ino.0).is_some() {
             return reply.ok();
         }
@@ -997,6 +1024,7 @@ impl Filesystem for BasaltFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.shared.requests.count(Op::Opendir);
         match self.dir_entries(ino.0) {
             Ok(entries) => {
                 let fh = self.shared.add_handle(Handle::Dir { entries });
@@ -1014,6 +1042,7 @@ impl Filesystem for BasaltFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.shared.requests.count(Op::Readdir);
         let handles = self.shared.handles();
         let Some(Handle::Dir { entries }) = handles.get(&fh.0) else {
             return reply.error(FErrno::from_i32(libc::EBADF));
@@ -1034,6 +1063,7 @@ impl Filesystem for BasaltFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        self.shared.requests.count(Op::Readdirplus);
         let entries: Vec<(u64, FileType, OsString)> = {
             let handles = self.shared.handles();
             let Some(Handle::Dir { entries }) = handles.get(&fh.0) else {
@@ -1087,6 +1117,7 @@ impl Filesystem for BasaltFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.shared.requests.count(Op::Releasedir);
         self.shared.handles().remove(&fh.0);
         reply.ok();
     }
@@ -1099,6 +1130,7 @@ impl Filesystem for BasaltFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.shared.requests.count(Op::Fsyncdir);
         let db = self.shared.lock().db.clone();
         reply_empty(
             reply,
@@ -1108,6 +1140,7 @@ impl Filesystem for BasaltFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.shared.requests.count(Op::Statfs);
         let (path, files) = {
             let st = self.shared.lock();
             (st.db.path().to_path_buf(), st.nodes.len() as u64)
@@ -1142,6 +1175,7 @@ impl Filesystem for BasaltFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.shared.requests.count(Op::Setxattr);
         if self.shared.virt(ino.0).is_some() {
             return reply.error(FErrno::from_i32(libc::EROFS));
         }
@@ -1172,6 +1206,7 @@ impl Filesystem for BasaltFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.shared.requests.count(Op::Getxattr);
         if self.shared.virt(ino.0).is_some() {
             return reply.error(FErrno::from_i32(libc::ENODATA));
         }
@@ -1186,6 +1221,7 @@ impl Filesystem for BasaltFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.shared.requests.count(Op::Listxattr);
         if self.shared.virt(ino.0).is_some() {
             return xattr_reply(reply, size, Vec::new());
         }
@@ -1204,6 +1240,7 @@ impl Filesystem for BasaltFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.shared.requests.count(Op::Removexattr);
         if self.shared.virt(ino.0).is_some() {
             return reply.error(FErrno::from_i32(libc::EROFS));
         }
@@ -1222,6 +1259,7 @@ impl Filesystem for BasaltFs {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        self.shared.requests.count(Op::Access);
         // Permission checks are the kernel's (default_permissions).
         reply_empty(reply, self.attr(ino.0).map(|_| ()));
     }
@@ -1236,6 +1274,7 @@ impl Filesystem for BasaltFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.shared.requests.count(Op::Create);
         let new = NewNode {
             kind: Kind::File,
             mode,
@@ -1269,6 +1308,7 @@ impl Filesystem for BasaltFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.shared.requests.count(Op::Fallocate);
         if self.shared.virt(ino.0).is_some() {
             return reply.error(FErrno::from_i32(libc::EROFS));
         }

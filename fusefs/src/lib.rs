@@ -10,6 +10,7 @@ pub mod layout;
 mod load;
 mod mount;
 mod read_pool;
+mod requests;
 mod state;
 mod views;
 

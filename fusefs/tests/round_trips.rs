@@ -1,0 +1,74 @@
+//! FUSE round trips per operation, counted by the daemon (`/.basalt/stats.json`,
+//! `filesystem.requests`): the requests this filesystem lets the kernel skip stay
+//! skipped, and skipping them loses nothing.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use basalt_fusefs::mount;
+use common::{assert_bytes, mount_config, open_db, pattern};
+
+fn stats(mp: &Path) -> serde_json::Value {
+    let s = std::fs::read_to_string(mp.join(".basalt/stats.json")).unwrap();
+    serde_json::from_str(&s).unwrap()
+}
+
+fn requests(mp: &Path, op: &str) -> u64 {
+    stats(mp)["filesystem"]["requests"][op]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no request count for {op}"))
+}
+
+#[test]
+fn close_sends_no_flush_and_release_commits_the_data() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
+    std::fs::create_dir_all(&mp).unwrap();
+    let mut cfg = mount_config(&mp);
+    // The flusher must not be what commits the data below.
+    cfg.options.push("flush_interval_ms=3600000".into());
+    let files: Vec<(String, Vec<u8>)> = (0..20)
+        .map(|i| (format!("f{i}"), pattern(i, 3000 + 700 * i as usize)))
+        .collect();
+    {
+        let h = mount(open_db(&data), cfg.clone()).unwrap();
+        std::fs::create_dir(mp.join("c")).unwrap();
+        let flushes = requests(&mp, "flush");
+        for (name, bytes) in &files {
+            std::fs::write(mp.join("c").join(name), bytes).unwrap();
+        }
+        // The first close may still send FLUSH: declining it is how the kernel learns.
+        let sent = requests(&mp, "flush") - flushes;
+        assert!(sent <= 1, "{sent} FLUSH requests for 20 closes");
+        // RELEASE (asynchronous after close) commits each file: nothing stays dirty.
+        let t = Instant::now();
+        loop {
+            let fs = &stats(&mp)["filesystem"];
+            if fs["dirty_bytes"] == 0 && fs["dirty_inodes"] == 0 {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "data still dirty 10 s after the last close: {fs}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for (name, bytes) in &files {
+            assert_bytes(
+                &std::fs::read(mp.join("c").join(name)).unwrap(),
+                bytes,
+                name,
+            );
+        }
+        h.unmount().unwrap();
+    }
+    let db = open_db(&data);
+    let c = db.collection("c").unwrap();
+    for (name, bytes) in &files {
+        let got = c.get(name.as_bytes()).unwrap().expect("document");
+        assert_bytes(&got, bytes, name);
+    }
+}

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -68,6 +68,9 @@ pub struct Shared {
     reads: ReadPool<(ReadPlan, ReplyData)>,
     /// FUSE requests received, by operation.
     pub requests: Requests,
+    /// The kernel granted `FUSE_HANDLE_KILLPRIV_V2`: this filesystem clears set-ID bits
+    /// and capabilities on write, truncate and chown (see `Node::kill_priv`).
+    killpriv: AtomicBool,
 }
 
 impl Shared {
@@ -100,6 +103,7 @@ impl Shared {
                 )
             },
             requests: Requests::default(),
+            killpriv: AtomicBool::new(false),
             opts,
         }
     }
@@ -226,7 +230,53 @@ fn to_time(t: TimeOrNow) -> SystemTime {
     }
 }
 
+/// The parts of a caller's credentials that a FUSE request does not carry, read from
+/// `/proc/<pid>/status`: whether it has `CAP_FSETID` and its supplementary groups.
+/// Read only when a set-ID bit is at stake. If the process is gone, root is taken as
+/// capable and nobody else.
+struct Creds {
+    fsetid: bool,
+    groups: Vec<u32>,
+}
+
+/// `linux/capability.h`
+const CAP_FSETID: u32 = 4;
+
+impl Creds {
+    fn of(req: &Request) -> Creds {
+        Self::parse(
+            &std::fs::read_to_string(format!("/proc/{}/status", req.pid())).unwrap_or_default(),
+        )
+        .unwrap_or(Creds {
+            fsetid: req.uid() == 0,
+            groups: Vec::new(),
+        })
+    }
+
+    fn parse(status: &str) -> Option<Creds> {
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        let cap = u64::from_str_radix(field("CapEff")?, 16).ok()?;
+        let groups = field("Groups")?
+            .split_whitespace()
+            .filter_map(|g| g.parse().ok())
+            .collect();
+        Some(Creds {
+            fsetid: cap & (1 << CAP_FSETID) != 0,
+            groups,
+        })
+    }
+}
+
 impl BasaltFs {
+    fn killpriv(&self) -> bool {
+        self.shared.killpriv.load(Ordering::Relaxed)
+    }
+
     fn caller(req: &Request) -> Caller {
         Caller {
             uid: req.uid(),
@@ -561,6 +611,7 @@ impl BasaltFs {
     #[allow(clippy::too_many_arguments)]
     fn setattr_inner(
         &self,
+        req: &Request,
         ino: u64,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -573,6 +624,23 @@ impl BasaltFs {
             return Err(Errno(libc::EROFS));
         }
         let mut st = self.shared.lock();
+        if self.killpriv() {
+            // With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves these to the filesystem (it
+            // flags them with FATTR_KILL_SUIDGID, which fuser does not pass on; the rules
+            // below are the ones the kernel applies before setting that flag).
+            let n = st.node_mut(ino)?;
+            let setid = n.privileged();
+            if setid && !n.is_dir() && (uid.is_some() || gid.is_some()) {
+                // chown: always, like the VFS; set-group-ID without group execute only
+                // when the caller is outside the file's group and not CAP_FSETID.
+                let c = Creds::of(req);
+                let in_group = req.gid() == n.gid || c.groups.contains(&n.gid);
+                n.kill_priv(!in_group && !c.fsetid);
+            } else if setid && n.kind == Kind::File && size.is_some() && !Creds::of(req).fsetid {
+                // truncate by a caller without CAP_FSETID
+                n.kill_priv(false);
+            }
+        }
         if let Some(s) = size {
             st.truncate(ino, s)?;
         }
@@ -697,6 +765,12 @@ impl Filesystem for BasaltFs {
         for f in want.iter() {
             let _ = config.add_capabilities(f);
         }
+        // Without it the kernel asks for security.capability (GETXATTR) before every
+        // write(2), since FUSE mounts lack SB_NOSEC; with it, once per inode.
+        let killpriv = config
+            .add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+            .is_ok();
+        self.shared.killpriv.store(killpriv, Ordering::Relaxed);
         let _ = config.set_max_write(self.shared.opts.max_write);
         let _ = config.set_max_readahead(self.shared.opts.max_write);
         let _ = config.set_max_background(64);
@@ -735,7 +809,7 @@ impl Filesystem for BasaltFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -752,7 +826,7 @@ impl Filesystem for BasaltFs {
         reply: ReplyAttr,
     ) {
         self.shared.requests.count(Op::Setattr);
-        match self.setattr_inner(ino.0, mode, uid, gid, size, atime, mtime) {
+        match self.setattr_inner(req, ino.0, mode, uid, gid, size, atime, mtime) {
             Ok(a) => reply.attr(&self.shared.opts.attr_ttl, &a),
             Err(e) => reply.error(ferr(e)),
         }
@@ -950,7 +1024,7 @@ impl Filesystem for BasaltFs {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
@@ -959,7 +1033,17 @@ impl Filesystem for BasaltFs {
         if self.shared.virt(ino.0).is_some() {
             return reply.error(FErrno::from_i32(libc::EROFS));
         }
-        let r = self.shared.lock().write(ino.0, offset, data);
+        let r = (|| {
+            let mut st = self.shared.lock();
+            // The kernel has decided (caller without CAP_FSETID) and says so per write.
+            if self.killpriv()
+                && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+                && st.node_mut(ino.0)?.kill_priv(false)
+            {
+                st.mark_dirty(ino.0);
+            }
+            st.write(ino.0, offset, data)
+        })();
         match r {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(ferr(e)),
@@ -1300,7 +1384,7 @@ impl Filesystem for BasaltFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -1312,9 +1396,35 @@ impl Filesystem for BasaltFs {
         if self.shared.virt(ino.0).is_some() {
             return reply.error(FErrno::from_i32(libc::EROFS));
         }
-        reply_empty(
-            reply,
-            self.shared.lock().fallocate(ino.0, offset, length, mode),
-        );
+        let r = (|| {
+            let mut st = self.shared.lock();
+            // Like ext4 (file_modified); the kernel's own attempt is dropped under
+            // FUSE_HANDLE_KILLPRIV_V2 and no flag tells us, so the rule is applied here.
+            if self.killpriv() && st.node(ino.0)?.privileged() && !Creds::of(req).fsetid {
+                st.node_mut(ino.0)?.kill_priv(false);
+                st.mark_dirty(ino.0);
+            }
+            st.fallocate(ino.0, offset, length, mode)
+        })();
+        reply_empty(reply, r);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creds_come_from_proc_status() {
+        let status = "Name:\tsh\nUid:\t65534\t65534\t65534\t65534\nGroups:\t10 27 \n\
+                      CapInh:\t0000000000000000\nCapEff:\t0000000000000010\n";
+        let c = Creds::parse(status).unwrap();
+        assert!(c.fsetid, "bit 4 is CAP_FSETID");
+        assert_eq!(c.groups, vec![10, 27]);
+        let c = Creds::parse("Groups:\t\nCapEff:\t000001ffffffffef\n").unwrap();
+        assert!(!c.fsetid && c.groups.is_empty());
+        assert!(Creds::parse("Name:\tx\n").is_none());
+        let me = std::fs::read_to_string("/proc/self/status").unwrap();
+        assert!(Creds::parse(&me).is_some());
     }
 }

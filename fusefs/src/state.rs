@@ -156,6 +156,35 @@ impl Node {
         }
     }
 
+    /// What the kernel's VFS does to a file on write, truncate and chown, done here
+    /// because the mount hands it to the filesystem (`FUSE_HANDLE_KILLPRIV_V2`): clears
+    /// set-user-ID, set-group-ID when group execute is set (or when `sgid_anyway`), and
+    /// the `security.capability` attribute. Sets ctime and marks the record dirty when
+    /// something changed; returns whether it did.
+    pub fn kill_priv(&mut self, sgid_anyway: bool) -> bool {
+        const SUID: u16 = libc::S_ISUID as u16;
+        const SGID: u16 = libc::S_ISGID as u16;
+        const XGRP: u16 = libc::S_IXGRP as u16;
+        let mut perm = self.perm & !SUID;
+        if self.perm & XGRP != 0 || sgid_anyway {
+            perm &= !SGID;
+        }
+        let cap = self.xattrs.remove(&b"security.capability"[..]).is_some();
+        if perm == self.perm && !cap {
+            return false;
+        }
+        self.perm = perm;
+        self.ctime = SystemTime::now();
+        self.meta_dirty = true;
+        true
+    }
+
+    /// Has set-user-ID, set-group-ID or a `security.capability` attribute.
+    pub fn privileged(&self) -> bool {
+        self.perm & (libc::S_ISUID | libc::S_ISGID) as u16 != 0
+            || self.xattrs.contains_key(&b"security.capability"[..])
+    }
+
     pub fn is_dir(&self) -> bool {
         self.kind == Kind::Dir
     }
@@ -588,5 +617,40 @@ impl State {
                 self.dirty_nodes.remove(&ino);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(perm: u16) -> Node {
+        Node::new(2, 1, 1, Kind::File, perm, SystemTime::UNIX_EPOCH)
+    }
+
+    #[test]
+    fn kill_priv_clears_setuid_and_group_executable_setgid_and_capabilities() {
+        let mut n = file(0o6755);
+        n.xattrs
+            .insert(b"security.capability".to_vec(), vec![1; 20]);
+        n.xattrs.insert(b"user.keep".to_vec(), b"v".to_vec());
+        assert!(n.kill_priv(false));
+        assert_eq!(n.perm, 0o755);
+        assert!(n.meta_dirty && n.ctime > SystemTime::UNIX_EPOCH);
+        assert_eq!(n.xattrs.len(), 1, "only security.capability goes");
+        // Nothing left to clear: no change, ctime kept.
+        let before = n.ctime;
+        n.meta_dirty = false;
+        assert!(!n.kill_priv(false));
+        assert!(!n.meta_dirty && n.ctime == before);
+    }
+
+    #[test]
+    fn kill_priv_keeps_setgid_without_group_execute_unless_told() {
+        let mut n = file(0o6744);
+        assert!(n.kill_priv(false));
+        assert_eq!(n.perm, 0o2744, "setgid without g+x marks mandatory locking");
+        assert!(n.kill_priv(true));
+        assert_eq!(n.perm, 0o744);
     }
 }

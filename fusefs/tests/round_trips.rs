@@ -72,3 +72,39 @@ fn close_sends_no_flush_and_release_commits_the_data() {
         assert_bytes(&got, bytes, name);
     }
 }
+
+#[test]
+fn writes_ask_for_security_capability_once_per_open_not_once_per_write() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
+    std::fs::create_dir_all(&mp).unwrap();
+    let h = mount(open_db(&data), mount_config(&mp)).unwrap();
+    std::fs::create_dir(mp.join("c")).unwrap();
+    let path = mp.join("c/f");
+    let before = requests(&mp, "getxattr");
+    let block = pattern(3, 4096);
+    for round in 0..2 {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        for _ in 0..64 {
+            std::io::Write::write_all(&mut f, &block).unwrap();
+        }
+        drop(f);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            (round + 1) * 64 * 4096
+        );
+    }
+    // The kernel asks again after each attribute refresh (here: the SETATTR of the
+    // times at each close), so about once per open; before, it asked before each write.
+    let asked = requests(&mp, "getxattr") - before;
+    assert!(
+        asked <= 2,
+        "{asked} GETXATTR requests for 2 opens, 128 writes"
+    );
+    h.unmount().unwrap();
+}

@@ -15,7 +15,7 @@ use crate::index_run::{Run, RunCursor, RunWriter};
 use crate::memtable::Memtable;
 use crate::record::CollId;
 use std::collections::BTreeSet;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -128,6 +128,20 @@ fn in_other_memtables(v: &Version, skip: Option<u64>, coll: CollId, key: &[u8]) 
     v.memtables()
         .filter(|m| Some(m.id) != skip)
         .any(|m| m.get(coll, key, u64::MAX).is_some())
+}
+
+/// Shadowed versions a merge collects before handing them to the garbage map.
+const PUBLISH_DEAD_EVERY: usize = 16 << 10;
+
+/// Hands versions that are shadowed in the installed index to the garbage map (in
+/// memory; durable with the next checkpoint, which syncs the delete list first). If
+/// they are lost in a crash, redoing the merge finds them again.
+fn publish_dead(inner: &Inner, dead: &mut Vec<DeadRecord>) {
+    let segs = inner.segments.read().clone();
+    inner
+        .garbage
+        .lock()
+        .add(dead.drain(..).filter(|d| segs.contains_key(&d.seg)));
 }
 
 /// After an index change: records the versions it dropped in the delete list (those of
@@ -277,8 +291,36 @@ fn pick_merge(runs: &[Arc<Run>], full: bool) -> usize {
     k
 }
 
+/// Whether `key` has a version in a memtable or in a run that is not one of the
+/// merge's `inputs` (flushed while the merge ran): its tombstone must stay.
+fn outside_merge(inner: &Inner, inputs: &[Arc<Run>], coll: CollId, key: &[u8]) -> Result<bool> {
+    let v = inner.version.read().clone();
+    if in_other_memtables(&v, None, coll, key) {
+        return Ok(true);
+    }
+    let hash = crate::bloom::key_hash(coll, key);
+    let (reads, bytes) = (AtomicU64::new(0), AtomicU64::new(0));
+    for r in v
+        .runs
+        .iter()
+        .filter(|r| !inputs.iter().any(|i| i.id == r.id))
+    {
+        if r.get(coll, key, hash, &reads, &bytes)?.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Merges runs when the policy says so (all of them with `full`, e.g. after a drop).
 /// Caller holds `merge_lock`. Returns whether a merge happened.
+///
+/// The merge runs beside GC. Only dropping an entry (a tombstone at the bottom, or a
+/// dropped collection's) could conflict with GC: a copy GC inserts afterwards might
+/// be an older version the dropped tombstone was shadowing. So at its first drop the
+/// merge takes `index_install`, which GC holds while it inserts copies, and keeps it
+/// until installed; whether a key's tombstone may go is decided under it. Merges that
+/// drop nothing (all of them in an overwrite workload) never hold GC up.
 pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
     let v = inner.version.read().clone();
     let k = pick_merge(&v.runs, full);
@@ -306,8 +348,10 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
         .map(|r| RunCursor::seek_uncached(r.clone(), 0, Some(&[]), false))
         .collect::<Result<Vec<_>>>()?;
     let mut dead = Vec::new();
+    let mut shadowed = Vec::new();
     let mut written = 0u64;
     let mut purged = 0;
+    let mut gc_held = None;
     let mut key: Vec<u8> = Vec::new();
     loop {
         let mut min: Option<CollId> = None;
@@ -339,11 +383,20 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
             }
         }
         let best = best.expect("min key came from a cursor");
-        dead.extend(losers.iter().map(dead_of));
-        let drop_tombstone = bottom
-            && best.is_tombstone()
-            && !in_other_memtables(&inner.version.read(), None, coll, &key);
-        if dropped.contains(&coll) || drop_tombstone {
+        // A loser is shadowed by the winner in the installed index too, so GC may
+        // learn of it now: garbage found by a long merge reaches GC as the merge
+        // goes, not in one burst at its end. (Dropped winners wait for the install.)
+        shadowed.extend(losers.iter().map(dead_of));
+        if shadowed.len() >= PUBLISH_DEAD_EVERY {
+            publish_dead(inner, &mut shadowed);
+        }
+        let drop_coll = dropped.contains(&coll);
+        if (drop_coll || (bottom && best.is_tombstone())) && gc_held.is_none() {
+            gc_held = Some(inner.index_install.lock());
+        }
+        let drop_tombstone =
+            bottom && best.is_tombstone() && !outside_merge(inner, &inputs, coll, &key)?;
+        if drop_coll || drop_tombstone {
             if best.is_tombstone() {
                 purged = purged.max(best.seqno);
             }
@@ -354,6 +407,7 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
         }
     }
     let run = Arc::new(w.finish(inner.index_cache.clone())?);
+    let _install = gc_held.unwrap_or_else(|| inner.index_install.lock());
     {
         let mut ver = inner.version.write();
         let ids: Vec<u64> = inputs.iter().map(|r| r.id).collect();
@@ -375,6 +429,7 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
             runs,
         });
     }
+    dead.append(&mut shadowed);
     record_dead_and_checkpoint(inner, dead, purged)?;
     for r in &inputs {
         r.mark_obsolete();
@@ -384,4 +439,77 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
     }
     inner.stats.merges.fetch_add(1, Ordering::Relaxed);
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Db, Durability, Options};
+    use std::time::{Duration, Instant};
+
+    fn dead_bytes(db: &Db) -> u64 {
+        db.inner
+            .garbage
+            .lock()
+            .segs
+            .values()
+            .map(|s| s.dead_bytes)
+            .sum()
+    }
+
+    /// Writes every key once more and flushes the memtable into a run of its own.
+    fn round(db: &Db, keys: u32, round: u8) {
+        let c = db.collection("c").unwrap();
+        for k in 0..keys {
+            c.put(&k.to_be_bytes(), &[round; 100]).unwrap();
+        }
+        db.inner
+            .rotate_memtable(&mut db.inner.writer.lock())
+            .unwrap();
+        while super::flush_one(&db.inner).unwrap() {}
+    }
+
+    /// A bottom merge of millions of entries runs for seconds; the versions it finds
+    /// shadowed must reach GC while it runs, not in one burst when it installs.
+    #[test]
+    fn a_running_merge_hands_shadowed_versions_to_gc_before_it_installs() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(
+            dir.path(),
+            Options {
+                memory_budget: 64 << 20,
+                durability: Durability::NoSync,
+                background_gc: false,
+                compression: crate::Compression::None,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        db.create_collection("c").unwrap();
+        let keys = (super::PUBLISH_DEAD_EVERY + 1000) as u32;
+        // Holding the install lock keeps the background merge from installing.
+        let install = db.inner.index_install.lock();
+        round(&db, keys, 0);
+        round(&db, keys, 1);
+        assert_eq!(dead_bytes(&db), 0, "each run holds every key once");
+        let start = Instant::now();
+        while dead_bytes(&db) == 0 && start.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let early = dead_bytes(&db);
+        assert_eq!(db.stats().index_runs, 2, "the merge has not installed");
+        drop(install);
+        assert!(
+            early > 0,
+            "no shadowed version reached GC before the merge installed"
+        );
+        db.flush().unwrap();
+        let c = db.collection("c").unwrap();
+        for k in (0..keys).step_by(97) {
+            assert_eq!(c.get(&k.to_be_bytes()).unwrap().unwrap(), vec![1u8; 100]);
+        }
+        println!(
+            "{early} dead bytes known before the install, {} after",
+            dead_bytes(&db)
+        );
+    }
 }

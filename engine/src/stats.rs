@@ -20,7 +20,10 @@ pub struct StatCounters {
     pub gc_runs: AtomicU64,
     pub gc_bytes_moved: AtomicU64,
     pub gc_bytes_reclaimed: AtomicU64,
-    pub stall_micros: AtomicU64,
+    /// Writer time spent waiting for memtable flushes (the write cache was full).
+    pub stall_flush_micros: AtomicU64,
+    /// Writer time spent in GC's smooth slow-down (the log below its target fill).
+    pub stall_gc_micros: AtomicU64,
     /// Bytes read from the device for point reads (gets and multi-gets).
     pub get_bytes_read: AtomicU64,
     pub multi_get_batches: AtomicU64,
@@ -107,7 +110,12 @@ pub struct Stats {
     pub multi_get_batches: u64,
     /// Reads in flight per io_uring submission: (bucket, submissions).
     pub io_queue_depth: Vec<(&'static str, u64)>,
+    /// Total writer stall: `write_stall_flush_micros + write_stall_gc_micros`.
     pub write_stall_micros: u64,
+    /// Stall waiting for memtable flushes because the write cache was full.
+    pub write_stall_flush_micros: u64,
+    /// Stall from GC's slow-down while the log was below its target fill.
+    pub write_stall_gc_micros: u64,
 }
 
 impl Stats {
@@ -169,6 +177,8 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
     let user = s.user_bytes_written.load(Ordering::Relaxed);
     let dev_w = c.bytes_written.load(Ordering::Relaxed);
     let gets = s.gets.load(Ordering::Relaxed);
+    let stall_flush = s.stall_flush_micros.load(Ordering::Relaxed);
+    let stall_gc = s.stall_gc_micros.load(Ordering::Relaxed);
     let dreads = s.device_reads.load(Ordering::Relaxed);
     let mem_tables: u64 = v.memtables().map(|m| m.approx_bytes()).sum();
     let run_mem: u64 = v.runs.iter().map(|r| r.memory_bytes() as u64).sum();
@@ -239,6 +249,8 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         },
         multi_get_batches: s.multi_get_batches.load(Ordering::Relaxed),
         io_queue_depth: s.queue_depth.snapshot(),
-        write_stall_micros: s.stall_micros.load(Ordering::Relaxed),
+        write_stall_micros: stall_flush + stall_gc,
+        write_stall_flush_micros: stall_flush,
+        write_stall_gc_micros: stall_gc,
     }
 }

@@ -391,11 +391,11 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
             publish_dead(inner, &mut shadowed);
         }
         let drop_coll = dropped.contains(&coll);
-        if (drop_coll || (bottom && best.is_tombstone())) && gc_held.is_none() {
+        let bottom_tombstone = bottom && best.is_tombstone();
+        if (drop_coll || bottom_tombstone) && gc_held.is_none() {
             gc_held = Some(inner.index_install.lock());
         }
-        let drop_tombstone =
-            bottom && best.is_tombstone() && !outside_merge(inner, &inputs, coll, &key)?;
+        let drop_tombstone = bottom_tombstone && !outside_merge(inner, &inputs, coll, &key)?;
         if drop_coll || drop_tombstone {
             if best.is_tombstone() {
                 purged = purged.max(best.seqno);

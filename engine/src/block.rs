@@ -6,7 +6,7 @@
 //! |---|---|
 //! | 0..4 | magic `0x314B4C42` ("BLK1") |
 //! | 4..8 | crc32c of bytes 8..40 and the payload |
-//! | 8 | flags: bit 0 = the write batch continues in the next block |
+//! | 8 | flags: bit 0 = the write batch continues in the next block; bit 1 = the next block starts at the next page boundary (zeros in between) |
 //! | 9 | compression: 0 none, 1 lz4, 2 zstd |
 //! | 10..12 | record count |
 //! | 12..16 | payload length on disk |
@@ -15,7 +15,8 @@
 //! | 24..32 | smallest seqno in the block |
 //! | 32..40 | largest seqno in the block |
 //!
-//! Blocks are packed back to back inside a segment; all device IO is 4 KiB aligned.
+//! Blocks are packed back to back inside a segment, cut so that they end at page
+//! boundaries where they can (see [`crate::log_writer`]); all device IO is 4 KiB aligned.
 
 use crate::codec::Reader;
 use crate::options::Compression;
@@ -26,6 +27,9 @@ pub const BLOCK_MAGIC: u32 = 0x314B_4C42;
 pub const HEADER_LEN: usize = 40;
 /// Flag: the write batch goes on in the next block (the batch is atomic across them).
 pub const FLAG_CONTINUES: u8 = 1;
+/// Flag: zeros fill the rest of the page after this block; the next block starts at
+/// the next page boundary (segment format version 2).
+pub const FLAG_PAD: u8 = 2;
 /// Largest uncompressed payload a block may have (bounds decoder allocations).
 pub const MAX_RAW_LEN: usize = 128 << 20;
 
@@ -87,6 +91,8 @@ pub const PROBE_LEN: usize = 4096;
 pub struct BlockBuilder {
     raw: Vec<u8>,
     nrecs: u16,
+    /// Encoded length of the largest record added since the last seal.
+    largest: usize,
     min_seqno: Seqno,
     max_seqno: Seqno,
     /// The last sealed block was stored raw because compression did not pay: the next
@@ -134,6 +140,10 @@ impl BlockBuilder {
     pub fn nrecs(&self) -> u16 {
         self.nrecs
     }
+    /// Encoded length of the largest record in the block.
+    pub fn largest(&self) -> usize {
+        self.largest
+    }
     /// Whether another record fits (the record count is a u16).
     pub fn has_room(&self) -> bool {
         self.nrecs < u16::MAX
@@ -149,6 +159,7 @@ impl BlockBuilder {
             self.max_seqno = self.max_seqno.max(r.seqno);
         }
         record::encode(&mut self.raw, r);
+        self.largest = self.largest.max(self.raw.len() - at);
         self.nrecs += 1;
         at
     }
@@ -157,14 +168,24 @@ impl BlockBuilder {
         &self.raw
     }
 
-    /// Compresses and frames the block, appending it to `out`; resets the builder and
-    /// returns the uncompressed payload.
+    /// [`Self::seal_unframed`] then [`frame`] with `flags`.
+    #[cfg(test)]
+    pub fn seal_into(&mut self, out: &mut Vec<u8>, compression: Compression, flags: u8) -> Vec<u8> {
+        let start = out.len();
+        let raw = self.seal_unframed(out, compression);
+        frame(&mut out[start..], flags);
+        raw
+    }
+
+    /// Compresses the block and appends it to `out` without its flags and checksum
+    /// (the caller learns the block's length first, then calls [`frame`] on its
+    /// bytes); resets the builder and returns the uncompressed payload.
     ///
     /// A block is stored compressed only when that saves at least an eighth. After a
     /// block that did not compress (random or already compressed data), the next one
     /// is first probed with a [`PROBE_LEN`] sample, so incompressible streams cost a
     /// trial of 4 KiB per block instead of a full compression.
-    pub fn seal_into(&mut self, out: &mut Vec<u8>, compression: Compression, flags: u8) -> Vec<u8> {
+    pub fn seal_unframed(&mut self, out: &mut Vec<u8>, compression: Compression) -> Vec<u8> {
         let start = out.len();
         out.resize(start + HEADER_LEN, 0);
         let worth_trying = compression != Compression::None
@@ -192,7 +213,6 @@ impl BlockBuilder {
         out.truncate(start + HEADER_LEN + payload_len);
         let h = &mut out[start..start + HEADER_LEN];
         h[0..4].copy_from_slice(&BLOCK_MAGIC.to_le_bytes());
-        h[8] = flags;
         h[9] = code;
         h[10..12].copy_from_slice(&self.nrecs.to_le_bytes());
         h[12..16].copy_from_slice(&(payload_len as u32).to_le_bytes());
@@ -200,15 +220,22 @@ impl BlockBuilder {
         h[20..24].copy_from_slice(&0u32.to_le_bytes());
         h[24..32].copy_from_slice(&self.min_seqno.to_le_bytes());
         h[32..40].copy_from_slice(&self.max_seqno.to_le_bytes());
-        let crc = crc32c::crc32c(&out[start + 8..]);
-        out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
         self.nrecs = 0;
+        self.largest = 0;
         // An exact-size copy goes to the data cache (which charges what it holds);
         // the builder keeps its grown buffer for the next block.
         let raw = self.raw.clone();
         self.raw.clear();
         raw
     }
+}
+
+/// Sets the flags of a block produced by [`BlockBuilder::seal_unframed`] (all of
+/// `block`, header first) and its checksum.
+pub fn frame(block: &mut [u8], flags: u8) {
+    block[8] = flags;
+    let crc = crc32c::crc32c(&block[8..]);
+    block[4..8].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Verifies a block's checksum and returns its uncompressed payload.

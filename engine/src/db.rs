@@ -464,10 +464,23 @@ impl Db {
                             .filter(|b| b.off < start)
                             .collect::<Vec<_>>(),
                         None => {
-                            // Unsealed tail: blocks before the replay start must be found by scanning.
+                            // Unsealed tail: blocks before the replay start must be found
+                            // by scanning. They are covered by the checkpoint, so any damage
+                            // there is damage in the middle of the log.
                             if start > DATA_START {
-                                scan_blocks(&file, DATA_START, Some(start), |_, _, _| Ok(()))?
-                                    .blocks
+                                let pre =
+                                    scan_blocks(&file, DATA_START, Some(start), |_, _, _| Ok(()))?;
+                                if pre.stop_reason.is_some() || pre.committed_end != start {
+                                    return Err(Error::corruption(
+                                        &path,
+                                        pre.committed_end,
+                                        format!(
+                                            "{}, before the checkpoint's replay point at offset {start}: refusing to discard acknowledged data",
+                                            pre.stop_reason.as_deref().unwrap_or("blocks end early")
+                                        ),
+                                    ));
+                                }
+                                pre.blocks
                             } else {
                                 Vec::new()
                             }

@@ -1,6 +1,7 @@
 //! Log segment files: `seg-NNNNNNNN.log`.
 //!
-//! Layout: a 4 KiB header page, then blocks packed back to back (see [`crate::block`]),
+//! Layout: a 4 KiB header page, then blocks packed back to back (see [`crate::block`];
+//! a block flagged [`crate::block::FLAG_PAD`] is followed by zeros to the next page),
 //! and — once sealed — a footer starting at a page boundary that lists every block
 //! (offset, length, seqno range). The last 16 bytes of the file are
 //! `footer offset:u64 | "BSLTEND1"`, so a sealed segment's block index is found with one
@@ -19,8 +20,11 @@ pub type SegId = u32;
 const SEG_MAGIC: &[u8; 8] = b"BSLTSEG1";
 const FOOTER_MAGIC: &[u8; 8] = b"BSLTFTR1";
 const END_MAGIC: &[u8; 8] = b"BSLTEND1";
-/// Segment format version written by this build.
-pub const SEG_VERSION: u32 = 1;
+/// Segment format version written by this build. Version 2 added
+/// [`crate::block::FLAG_PAD`]; version 1 files (which never set it) are read as they are.
+pub const SEG_VERSION: u32 = 2;
+/// Oldest segment format version this build reads.
+const SEG_VERSION_MIN: u32 = 1;
 /// Offset of the first block.
 pub const DATA_START: u64 = PAGE as u64;
 const FOOTER_ENTRY: usize = 8 + 4 + 4 + 8 + 8 + 1;
@@ -75,7 +79,7 @@ pub fn check_header(page: &[u8], id: SegId, path: &Path) -> Result<()> {
         ));
     }
     let version = u32::from_le_bytes(page[8..12].try_into().unwrap());
-    if version != SEG_VERSION {
+    if !(SEG_VERSION_MIN..=SEG_VERSION).contains(&version) {
         return Err(Error::FormatVersion {
             file: path.to_path_buf(),
             found: version,
@@ -199,7 +203,8 @@ pub struct ScanEnd {
 }
 
 /// Scans blocks from `start`, calling `f` for each valid block (offset, header, raw
-/// block bytes). Stops at the first invalid block: zeros, bad checksum or a torn write.
+/// block bytes). Stops at the first invalid block: zeros, bad checksum, a torn write,
+/// or a non-zero byte in the padding after a block flagged [`crate::block::FLAG_PAD`].
 /// Blocks of a batch whose last block is missing are not reported as committed.
 pub fn scan_blocks(
     file: &DataFile,
@@ -258,8 +263,26 @@ pub fn scan_blocks(
             stop_reason = Some(format!("block checksum mismatch at offset {off}"));
             break;
         }
-        pending.push((off, h, bytes.to_vec()));
-        off += len as u64;
+        let block = bytes.to_vec();
+        let mut next = off + len as u64;
+        if h.flags & crate::block::FLAG_PAD != 0 {
+            let pad_end = align_up(next, PAGE as u64).min(limit);
+            if next < win_start || pad_end > win_start + win_len as u64 {
+                win_start = crate::codec::align_down(next, PAGE as u64);
+                win_len = file.read_full(&mut window, win_start)?;
+            }
+            let gap = (next - win_start) as usize..(pad_end - win_start) as usize;
+            if let Some(at) = window[gap].iter().position(|&b| b != 0) {
+                stop_reason = Some(format!(
+                    "non-zero byte at offset {} in the padding after the block at offset {off}",
+                    next + at as u64
+                ));
+                break;
+            }
+            next = align_up(next, PAGE as u64);
+        }
+        pending.push((off, h, block));
+        off = next;
         if h.flags & crate::block::FLAG_CONTINUES == 0 {
             for (o, hh, b) in pending.drain(..) {
                 f(o, &hh, &b)?;

@@ -271,7 +271,7 @@ fn gc_reclaims_space_and_keeps_every_live_value() {
     let db = Db::open(dir.path(), opts).unwrap();
     let c = db.create_collection("c").unwrap();
     let val = |i: u32, r: u32| format!("{i}-{r}-{}", "v".repeat(300)).into_bytes();
-    for r in 0..8 {
+    for r in 0..16 {
         for i in 0..1000u32 {
             c.put(&i.to_be_bytes(), &val(i, r)).unwrap();
         }
@@ -280,7 +280,7 @@ fn gc_reclaims_space_and_keeps_every_live_value() {
     let before = db.stats();
     assert!(
         before.space_amp > 3.0,
-        "8 overwrites should leave garbage: {}",
+        "16 overwrites should leave garbage: {}",
         before.space_amp
     );
     db.wait_for_gc().unwrap();
@@ -305,13 +305,13 @@ fn gc_reclaims_space_and_keeps_every_live_value() {
         after.space_amp
     );
     for i in 0..1000u32 {
-        assert_eq!(c.get(&i.to_be_bytes()).unwrap().unwrap(), val(i, 7));
+        assert_eq!(c.get(&i.to_be_bytes()).unwrap().unwrap(), val(i, 15));
     }
     drop((c, db));
     let db = Db::open(dir.path(), small_opts()).unwrap();
     let c = db.collection("c").unwrap();
     for i in 0..1000u32 {
-        assert_eq!(c.get(&i.to_be_bytes()).unwrap().unwrap(), val(i, 7));
+        assert_eq!(c.get(&i.to_be_bytes()).unwrap().unwrap(), val(i, 15));
     }
     drop((c, db));
     let rep = basalt_engine::check(dir.path()).unwrap();

@@ -112,11 +112,14 @@ fn reading_a_damaged_block_names_file_and_offset() {
     let dir = populated();
     let segs = files(dir.path(), |n| n.ends_with(".log"));
     assert!(segs.len() >= 2, "expected sealed segments");
-    // Damage one byte in every page of the first half of each sealed segment (all but
-    // the tail; the footer at the end stays intact so the engine opens).
+    // Damage one byte in every data page of each sealed segment (all but the tail; the
+    // footer, found through the file's last 16 bytes, stays intact so the engine opens).
     for seg in &segs[..segs.len() - 1] {
         let mut b = std::fs::read(seg).unwrap();
-        for p in (4096..b.len() / 2).step_by(4096) {
+        let end = b.len() - 16;
+        assert_eq!(&b[end + 8..], b"BSLTEND1", "{seg:?} is sealed");
+        let footer = u64::from_le_bytes(b[end..end + 8].try_into().unwrap()) as usize;
+        for p in (4096..footer).step_by(4096) {
             b[p + 100] ^= 0xff;
         }
         std::fs::write(seg, &b).unwrap();

@@ -62,8 +62,7 @@ pub struct Shared {
     next_virt: AtomicU64,
     pub health: Option<HealthFn>,
     /// Set once the session ended (unmounted from inside or outside).
-    pub done: Mutex<bool>,
-    pub done_cv: Condvar,
+    pub done: Arc<Done>,
     /// Engine reads in flight off the FUSE workers.
     reads: ReadPool<(ReadPlan, ReplyData)>,
     /// FUSE requests received, by operation.
@@ -88,8 +87,7 @@ impl Shared {
             virt: Mutex::new(virt),
             next_virt: AtomicU64::new(views::CHANGE_FILE_BASE),
             health,
-            done: Mutex::new(false),
-            done_cv: Condvar::new(),
+            done: Arc::default(),
             reads: {
                 ReadPool::new(
                     opts.read_threads,
@@ -152,8 +150,82 @@ impl Shared {
     }
 
     pub fn mark_done(&self) {
-        *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        self.done_cv.notify_all();
+        self.done.mark();
+    }
+}
+
+/// Set once a session ended (unmounted from inside or outside); shared by a
+/// filesystem, its mount handle and the flusher.
+#[derive(Default)]
+pub struct Done {
+    flag: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Done {
+    pub fn mark(&self) {
+        *self.flag.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.cv.notify_all();
+    }
+
+    pub fn is_set(&self) -> bool {
+        *self.flag.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn wait(&self) {
+        let mut done = self.flag.lock().unwrap_or_else(|e| e.into_inner());
+        while !*done {
+            done = self.cv.wait(done).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Waits at most `d`; true once done.
+    pub fn wait_timeout(&self, d: Duration) -> bool {
+        let done = self.flag.lock().unwrap_or_else(|e| e.into_inner());
+        let (done, _) = self
+            .cv
+            .wait_timeout_while(done, d, |done| !*done)
+            .unwrap_or_else(|e| e.into_inner());
+        *done
+    }
+}
+
+/// `st_blksize` of real inodes.
+pub const BLKSIZE: u32 = 128 << 10;
+
+/// What this mount asks of the kernel at INIT (shared with the null filesystem, so
+/// that both get the same requests); returns whether `FUSE_HANDLE_KILLPRIV_V2` was
+/// granted.
+pub fn negotiate(opts: &FsOptions, config: &mut KernelConfig) -> bool {
+    let mut want = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_ASYNC_DIO;
+    if opts.writeback_cache {
+        want |= InitFlags::FUSE_WRITEBACK_CACHE;
+    }
+    if opts.readdirplus {
+        want |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
+    }
+    for f in want.iter() {
+        let _ = config.add_capabilities(f);
+    }
+    // Without it the kernel asks for security.capability (GETXATTR) before every
+    // write(2), since FUSE mounts lack SB_NOSEC; with it, once per inode.
+    let killpriv = config
+        .add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+        .is_ok();
+    let _ = config.set_max_write(opts.max_write);
+    let _ = config.set_max_readahead(opts.max_write);
+    let _ = config.set_max_background(64);
+    let _ = config.set_congestion_threshold(48);
+    killpriv
+}
+
+/// Open flags of a regular file: the page cache stays valid across opens (only this
+/// mount changes the data) unless the caller asked for `O_DIRECT`.
+pub fn fopen_flags(open_flags: i32) -> FopenFlags {
+    if open_flags & libc::O_DIRECT != 0 {
+        FopenFlags::FOPEN_DIRECT_IO
+    } else {
+        FopenFlags::FOPEN_KEEP_CACHE
     }
 }
 
@@ -193,7 +265,7 @@ fn attr_of(n: &Node) -> FileAttr {
         uid: n.uid,
         gid: n.gid,
         rdev: n.rdev,
-        blksize: 128 << 10,
+        blksize: BLKSIZE,
         flags: 0,
     }
 }
@@ -223,7 +295,7 @@ fn virt_attr(ino: u64, v: &Virtual) -> FileAttr {
     }
 }
 
-fn to_time(t: TimeOrNow) -> SystemTime {
+pub fn to_time(t: TimeOrNow) -> SystemTime {
     match t {
         TimeOrNow::SpecificTime(t) => t,
         TimeOrNow::Now => SystemTime::now(),
@@ -694,12 +766,7 @@ impl BasaltFs {
             n.open += 1;
         }
         let fh = self.shared.add_handle(Handle::File { ino });
-        let fl = if flags & libc::O_DIRECT != 0 {
-            FopenFlags::FOPEN_DIRECT_IO
-        } else {
-            FopenFlags::FOPEN_KEEP_CACHE
-        };
-        Ok((fh, fl))
+        Ok((fh, fopen_flags(flags)))
     }
 
     fn release_file(&self, fh: u64) -> Result<(), Errno> {
@@ -743,7 +810,7 @@ fn reply_empty(reply: ReplyEmpty, r: Result<(), Errno>) {
     }
 }
 
-fn xattr_reply(reply: ReplyXattr, size: u32, data: Vec<u8>) {
+pub fn xattr_reply(reply: ReplyXattr, size: u32, data: Vec<u8>) {
     if size == 0 {
         reply.size(data.len() as u32);
     } else if (size as usize) < data.len() {
@@ -755,26 +822,8 @@ fn xattr_reply(reply: ReplyXattr, size: u32, data: Vec<u8>) {
 
 impl Filesystem for BasaltFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let mut want = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_ASYNC_DIO;
-        if self.shared.opts.writeback_cache {
-            want |= InitFlags::FUSE_WRITEBACK_CACHE;
-        }
-        if self.shared.opts.readdirplus {
-            want |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
-        }
-        for f in want.iter() {
-            let _ = config.add_capabilities(f);
-        }
-        // Without it the kernel asks for security.capability (GETXATTR) before every
-        // write(2), since FUSE mounts lack SB_NOSEC; with it, once per inode.
-        let killpriv = config
-            .add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
-            .is_ok();
+        let killpriv = negotiate(&self.shared.opts, config);
         self.shared.killpriv.store(killpriv, Ordering::Relaxed);
-        let _ = config.set_max_write(self.shared.opts.max_write);
-        let _ = config.set_max_readahead(self.shared.opts.max_write);
-        let _ = config.set_max_background(64);
-        let _ = config.set_congestion_threshold(48);
         Ok(())
     }
 

@@ -9,6 +9,7 @@ mod fuse;
 pub mod layout;
 mod load;
 mod mount;
+mod nullfs;
 mod read_pool;
 mod requests;
 mod state;
@@ -16,4 +17,4 @@ mod views;
 
 pub use document::{write_document, DocumentReader, DEFAULT_CHUNK_SIZE};
 pub use error::FsError;
-pub use mount::{force_unmount, is_stale_mount, mount, MountConfig, MountHandle};
+pub use mount::{force_unmount, is_stale_mount, mount, mount_null, MountConfig, MountHandle};

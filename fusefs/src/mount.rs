@@ -7,9 +7,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 use basalt_engine::Db;
-use fuser::{Config, MountOption, SessionACL, SessionUnmounter};
+use fuser::{Config, Filesystem, MountOption, SessionACL, SessionUnmounter};
 
-use crate::fuse::{BasaltFs, FsOptions, HealthFn, Shared};
+use crate::fuse::{BasaltFs, Done, FsOptions, HealthFn, Shared};
 use crate::layout::Kind;
 use crate::state::{Node, State, FIRST_INO, ROOT_INO};
 use crate::FsError;
@@ -54,7 +54,9 @@ impl std::fmt::Debug for MountConfig {
 /// A live mount; serves on background threads until unmounted.
 pub struct MountHandle {
     mountpoint: PathBuf,
-    shared: Arc<Shared>,
+    /// `None` for the null filesystem ([`mount_null`]).
+    shared: Option<Arc<Shared>>,
+    done: Arc<Done>,
     unmounter: Option<SessionUnmounter>,
     session: Option<JoinHandle<std::io::Result<()>>>,
     flusher: Option<JoinHandle<()>>,
@@ -176,7 +178,7 @@ fn build_state(db: Db, chunk_size: u64) -> Result<State, FsError> {
 
 /// Mounts `db` at `cfg.mountpoint`; returns once the mount is live.
 pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
-    let (opts, mut mopts) = parse_options(&cfg)?;
+    let (opts, mopts) = parse_options(&cfg)?;
     let chunk_size = match cfg.chunk_size {
         0 => crate::DEFAULT_CHUNK_SIZE,
         n if (4096..=(8 << 20)).contains(&n) => n,
@@ -186,16 +188,66 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
             )))
         }
     } as u64;
-    let threads = match cfg.threads {
-        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
-        n => n,
-    };
     let state = build_state(db, chunk_size)?;
     let flush_interval = opts.flush_interval;
     let health: Option<HealthFn> = cfg.health.clone();
     let shared = Arc::new(Shared::new(state, opts, health));
     let fs = BasaltFs {
         shared: shared.clone(),
+    };
+    let done = shared.done.clone();
+    let (unmounter, session) = start_session(fs, &cfg, mopts, done.clone())?;
+    let fl_shared = shared.clone();
+    let flusher = std::thread::Builder::new()
+        .name("basalt-flush".into())
+        .spawn(move || {
+            while !fl_shared.done.wait_timeout(flush_interval) {
+                let _ = fl_shared.lock().flush_all();
+            }
+        })
+        .ok();
+    Ok(MountHandle {
+        mountpoint: cfg.mountpoint,
+        shared: Some(shared),
+        done,
+        unmounter: Some(unmounter),
+        session: Some(session),
+        flusher,
+    })
+}
+
+/// Mounts the null filesystem ([`crate::nullfs`]: an in-memory tree, no engine) at
+/// `cfg.mountpoint` with the options, INIT flags and session setup of [`mount`], to
+/// measure what FUSE itself costs. `chunk_size` and `health` are ignored.
+pub fn mount_null(cfg: MountConfig) -> Result<MountHandle, FsError> {
+    let (opts, mut mopts) = parse_options(&cfg)?;
+    mopts[0] = MountOption::FSName("basalt-null".into());
+    let fs = crate::nullfs::NullFs::new(opts);
+    let done = fs.done.clone();
+    let (unmounter, session) = start_session(fs, &cfg, mopts, done.clone())?;
+    Ok(MountHandle {
+        mountpoint: cfg.mountpoint,
+        shared: None,
+        done,
+        unmounter: Some(unmounter),
+        session: Some(session),
+        flusher: None,
+    })
+}
+
+type SessionThread = JoinHandle<std::io::Result<()>>;
+
+/// Mounts `fs` and serves it on `cfg.threads` workers (one per core for 0), each
+/// with its own cloned `/dev/fuse` fd; `done` is marked when the session ends.
+fn start_session<F: Filesystem>(
+    fs: F,
+    cfg: &MountConfig,
+    mut mopts: Vec<MountOption>,
+    done: Arc<Done>,
+) -> Result<(SessionUnmounter, SessionThread), FsError> {
+    let threads = match cfg.threads {
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        n => n,
     };
     let mut config = Config::default();
     mopts.dedup();
@@ -207,49 +259,24 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
     };
     config.n_threads = Some(threads);
     config.clone_fd = threads > 1;
-    let mountpoint = cfg.mountpoint.clone();
-    let mut session =
-        fuser::Session::new(fs, &mountpoint, &config).map_err(|e| FsError::Mount {
-            mountpoint: mountpoint.clone(),
-            source: e,
-        })?;
+    let mountpoint = &cfg.mountpoint;
+    let mut session = fuser::Session::new(fs, mountpoint, &config).map_err(|e| FsError::Mount {
+        mountpoint: mountpoint.clone(),
+        source: e,
+    })?;
     let unmounter = session.unmount_callable();
-    let done_shared = shared.clone();
-    let session_thread = std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("basalt-fuse".into())
         .spawn(move || {
             let r = session.run();
-            done_shared.mark_done();
+            done.mark();
             r
         })
         .map_err(|e| FsError::Mount {
             mountpoint: mountpoint.clone(),
             source: e,
         })?;
-    let fl_shared = shared.clone();
-    let flusher = std::thread::Builder::new()
-        .name("basalt-flush".into())
-        .spawn(move || loop {
-            {
-                let done = fl_shared.done.lock().unwrap_or_else(|e| e.into_inner());
-                let (done, _) = fl_shared
-                    .done_cv
-                    .wait_timeout(done, flush_interval)
-                    .unwrap_or_else(|e| e.into_inner());
-                if *done {
-                    return;
-                }
-            }
-            let _ = fl_shared.lock().flush_all();
-        })
-        .ok();
-    Ok(MountHandle {
-        mountpoint,
-        shared,
-        unmounter: Some(unmounter),
-        session: Some(session_thread),
-        flusher,
-    })
+    Ok((unmounter, thread))
 }
 
 impl MountHandle {
@@ -259,7 +286,7 @@ impl MountHandle {
 
     /// Flushes dirty data, syncs the engine and unmounts.
     pub fn unmount(mut self) -> Result<(), FsError> {
-        let flushed = self.shared.flush_and_sync();
+        let flushed = self.flush_and_sync();
         let mut res = Ok(());
         if let Some(mut u) = self.unmounter.take() {
             if let Err(e) = u.unmount() {
@@ -274,7 +301,7 @@ impl MountHandle {
                 let _ = t.join();
             }
         }
-        self.shared.mark_done();
+        self.done.mark();
         if let Some(t) = self.flusher.take() {
             let _ = t.join();
         }
@@ -290,33 +317,30 @@ impl MountHandle {
 
     /// True once the session has ended (unmounted from outside, or daemon stopped).
     pub fn is_unmounted(&self) -> bool {
-        *self.shared.done.lock().unwrap_or_else(|e| e.into_inner())
+        self.done.is_set()
     }
 
     /// Blocks until the filesystem is unmounted from outside (`fusermount3 -u`).
     pub fn wait(&self) {
-        let mut done = self.shared.done.lock().unwrap_or_else(|e| e.into_inner());
-        while !*done {
-            done = self
-                .shared
-                .done_cv
-                .wait(done)
-                .unwrap_or_else(|e| e.into_inner());
-        }
+        self.done.wait()
+    }
+
+    fn flush_and_sync(&self) -> Result<(), crate::state::Errno> {
+        self.shared.as_ref().map_or(Ok(()), |s| s.flush_and_sync())
     }
 }
 
 impl Drop for MountHandle {
     fn drop(&mut self) {
         if self.unmounter.is_some() || self.session.is_some() {
-            let _ = self.shared.flush_and_sync();
+            let _ = self.flush_and_sync();
             if let Some(mut u) = self.unmounter.take() {
                 let _ = u.unmount();
             }
             if let Some(t) = self.session.take() {
                 let _ = t.join();
             }
-            self.shared.mark_done();
+            self.done.mark();
             if let Some(t) = self.flusher.take() {
                 let _ = t.join();
             }

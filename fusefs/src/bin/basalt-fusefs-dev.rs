@@ -2,9 +2,16 @@
 //! [--chunk-size BYTES] [--durability sync|nosync|MS] [-o OPTS] MOUNTPOINT`.
 //! Runs in the foreground until unmounted (fusermount3 -u, SIGTERM or SIGINT).
 //!
-//! `basalt-fusefs-dev files --dir DIR [--count N] [--threads T] [--size BYTES]`
-//! creates, stats and deletes N files of SIZE bytes with T threads and prints the
-//! rate of each phase (`make bench-fusefs`).
+//! `basalt-fusefs-dev nullfs [--threads N] [--no-allow-other] [-o OPTS] MOUNTPOINT`
+//! mounts the null filesystem instead: an in-memory tree with no engine, served with
+//! the same session, INIT flags and options as `mount`, to measure the FUSE ceiling
+//! (run `files` against both). Prints its FUSE request counts at unmount.
+//!
+//! `basalt-fusefs-dev files --dir DIR [--count N] [--threads T] [--size BYTES]
+//! [--daemon PID]` creates, stats and deletes N files of SIZE bytes with T threads and
+//! prints the rate of each phase (`make bench-fusefs`), then the CPU time per file
+//! of this process and, with `--daemon`, of the FUSE daemon PID (user + system, from
+//! getrusage and /proc/PID/stat): on a busy machine rates vary, CPU per file less.
 //!
 //! `basalt-fusefs-dev churn --dir DIR --id N --ops M --seed S` runs a random mix of
 //! creates, writes, truncates, renames and unlinks of its own files spread over the
@@ -15,12 +22,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use basalt_engine::{Db, Durability, Options};
-use basalt_fusefs::{mount, MountConfig};
+use basalt_fusefs::{mount, mount_null, MountConfig};
 
 fn usage() -> ExitCode {
     eprintln!(
         "usage: basalt-fusefs-dev mount --data DIR [--threads N] [--chunk-size BYTES] \
-         [--durability sync|nosync|MS] [--no-allow-other] [-o OPTS] MOUNTPOINT"
+         [--durability sync|nosync|MS] [--no-allow-other] [-o OPTS] MOUNTPOINT\n\
+         \x20      basalt-fusefs-dev nullfs [--threads N] [--no-allow-other] [-o OPTS] MOUNTPOINT\n\
+         \x20      basalt-fusefs-dev files --dir DIR [--count N] [--threads T] [--size BYTES] \
+         [--daemon PID]\n\
+         \x20      basalt-fusefs-dev churn --dir DIR --id N --ops M --seed S"
     );
     ExitCode::from(2)
 }
@@ -33,12 +44,13 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
-    match args.next().as_deref() {
-        Some("mount") => {}
+    let null = match args.next().as_deref() {
+        Some("mount") => false,
+        Some("nullfs") => true,
         Some("churn") => return churn(args),
         Some("files") => return files_bench(args),
         _ => return usage(),
-    }
+    };
     let mut data = None;
     let mut cfg = MountConfig {
         allow_other: true,
@@ -48,12 +60,12 @@ fn main() -> ExitCode {
     let mut mountpoint = None;
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--data" => data = args.next().map(PathBuf::from),
+            "--data" if !null => data = args.next().map(PathBuf::from),
             "--threads" => cfg.threads = args.next().and_then(|v| v.parse().ok()).unwrap_or(0),
-            "--chunk-size" => {
+            "--chunk-size" if !null => {
                 cfg.chunk_size = args.next().and_then(|v| v.parse().ok()).unwrap_or(0)
             }
-            "--durability" => {
+            "--durability" if !null => {
                 durability = match args.next().as_deref() {
                     Some("sync") => Durability::SyncEveryWrite,
                     Some("nosync") => Durability::NoSync,
@@ -70,22 +82,29 @@ fn main() -> ExitCode {
             _ => return usage(),
         }
     }
-    let (Some(data), Some(mp)) = (data, mountpoint) else {
+    let Some(mp) = mountpoint else {
         return usage();
     };
     cfg.mountpoint = mp;
-    let opts = Options {
-        durability,
-        ..Options::default()
-    };
-    let db = match Db::open(&data, opts) {
-        Ok(db) => db,
-        Err(e) => {
-            eprintln!("basalt-fusefs-dev: cannot open {}: {e}", data.display());
-            return ExitCode::FAILURE;
+    let mounted = if null {
+        mount_null(cfg)
+    } else {
+        let Some(data) = data else {
+            return usage();
+        };
+        let opts = Options {
+            durability,
+            ..Options::default()
+        };
+        match Db::open(&data, opts) {
+            Ok(db) => mount(db, cfg),
+            Err(e) => {
+                eprintln!("basalt-fusefs-dev: cannot open {}: {e}", data.display());
+                return ExitCode::FAILURE;
+            }
         }
     };
-    let handle = match mount(db, cfg) {
+    let handle = match mounted {
         Ok(h) => h,
         Err(e) => {
             eprintln!("basalt-fusefs-dev: {e}");
@@ -232,6 +251,7 @@ fn churn(mut args: impl Iterator<Item = String>) -> ExitCode {
 
 fn files_bench(mut args: impl Iterator<Item = String>) -> ExitCode {
     let (mut dir, mut count, mut threads, mut size) = (None, 100_000usize, 8usize, 4096usize);
+    let mut daemon: Option<u32> = None;
     while let Some(a) = args.next() {
         let v = args.next();
         match (a.as_str(), v) {
@@ -239,6 +259,7 @@ fn files_bench(mut args: impl Iterator<Item = String>) -> ExitCode {
             ("--count", Some(v)) => count = v.parse().unwrap_or(count),
             ("--threads", Some(v)) => threads = v.parse().unwrap_or(threads).max(1),
             ("--size", Some(v)) => size = v.parse().unwrap_or(size),
+            ("--daemon", Some(v)) => daemon = v.parse().ok(),
             _ => return usage(),
         }
     }
@@ -255,6 +276,7 @@ fn files_bench(mut args: impl Iterator<Item = String>) -> ExitCode {
     }
     let phase = |name: &str, op: &(dyn Fn(&std::path::Path) -> std::io::Result<()> + Sync)| {
         let start = std::time::Instant::now();
+        let cpu0 = (self_cpu_us(), daemon.and_then(proc_cpu_us));
         let failed = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
             for t in 0..threads {
@@ -271,7 +293,12 @@ fn files_bench(mut args: impl Iterator<Item = String>) -> ExitCode {
             }
         });
         let secs = start.elapsed().as_secs_f64();
-        println!("{name}\t{:.0}\tfiles/s", (per * threads) as f64 / secs);
+        let n = (per * threads) as f64;
+        let mut cpu = format!("\tclient_cpu_us/file {:.1}", (self_cpu_us() - cpu0.0) / n);
+        if let (Some(a), Some(b)) = (cpu0.1, daemon.and_then(proc_cpu_us)) {
+            cpu += &format!("\tdaemon_cpu_us/file {:.1}", (b - a) / n);
+        }
+        println!("{name}\t{:.0}\tfiles/s{cpu}", n / secs);
         !failed.load(std::sync::atomic::Ordering::SeqCst)
     };
     let ok = phase("create", &|p| std::fs::write(p, &data))
@@ -282,4 +309,25 @@ fn files_bench(mut args: impl Iterator<Item = String>) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// User + system CPU time of this process, µs.
+fn self_cpu_us() -> f64 {
+    // SAFETY: `ru` is a valid out pointer.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+    us(ru.ru_utime) + us(ru.ru_stime)
+}
+
+/// User + system CPU time of process `pid` (all threads), µs, in clock ticks.
+fn proc_cpu_us(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command (which may hold spaces) start at field 3 (state).
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(ticks * 1e6 / hz)
 }

@@ -63,12 +63,22 @@ pub struct DevMount {
 
 impl DevMount {
     pub fn start(data: &Path, mountpoint: &Path, extra: &[&str]) -> DevMount {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt-fusefs-dev"));
+        cmd.arg("mount").arg("--data").arg(data).args(extra);
+        Self::spawn(cmd, mountpoint)
+    }
+
+    /// The null filesystem (`basalt-fusefs-dev nullfs`); its stderr is kept for
+    /// [`DevMount::stop_with_stderr`].
+    pub fn start_null(mountpoint: &Path, extra: &[&str]) -> DevMount {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt-fusefs-dev"));
+        cmd.arg("nullfs").args(extra).stderr(Stdio::piped());
+        Self::spawn(cmd, mountpoint)
+    }
+
+    fn spawn(mut cmd: Command, mountpoint: &Path) -> DevMount {
         std::fs::create_dir_all(mountpoint).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_basalt-fusefs-dev"))
-            .arg("mount")
-            .arg("--data")
-            .arg(data)
-            .args(extra)
+        let mut child = cmd
             .arg(mountpoint)
             .stdout(Stdio::null())
             .spawn()
@@ -78,6 +88,19 @@ impl DevMount {
             child,
             mountpoint: mountpoint.to_path_buf(),
         }
+    }
+
+    /// Like [`DevMount::stop`], and returns what the daemon wrote to stderr (piped by
+    /// [`DevMount::start_null`]).
+    pub fn stop_with_stderr(mut self) -> String {
+        let mut err = String::new();
+        let mut pipe = self.child.stderr.take().expect("stderr piped");
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        std::io::Read::read_to_string(&mut pipe, &mut err).unwrap();
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "dev mount exited with {st}: {err}");
+        assert!(!is_mounted(&self.mountpoint));
+        err
     }
 
     /// Clean unmount from outside (as `fusermount3 -u` would) and wait for exit.

@@ -1,0 +1,158 @@
+//! The null filesystem (`basalt-fusefs-dev nullfs`), the FUSE ceiling that Basalt's
+//! metadata rates are compared with in ARCHITECTURE.md: it must behave like a
+//! filesystem for what the `files` benchmark does, and the kernel must send it the
+//! same requests as the Basalt mount (or the comparison says nothing).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+
+use common::{assert_bytes, pattern, DevMount};
+
+fn err(r: std::io::Result<impl std::fmt::Debug>) -> i32 {
+    r.expect_err("must fail").raw_os_error().unwrap_or(0)
+}
+
+#[test]
+fn null_mount_creates_writes_stats_reads_and_unlinks() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let mp = tmp.path().join("mnt");
+    let m = DevMount::start_null(&mp, &[]);
+    let dir = mp.join("c");
+    std::fs::create_dir(&dir).unwrap();
+    assert_eq!(err(std::fs::create_dir(&dir)), libc::EEXIST);
+
+    // create + write + stat + read, in one open and across opens
+    let big = pattern(1, 300_000);
+    std::fs::write(dir.join("big"), &big).unwrap();
+    let md = std::fs::metadata(dir.join("big")).unwrap();
+    assert_eq!((md.len(), md.is_file(), md.nlink()), (300_000, true, 1));
+    assert_eq!(md.permissions().mode() & 0o777, 0o644, "umask 022 applied");
+    assert_bytes(&std::fs::read(dir.join("big")).unwrap(), &big, "big");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("big"))
+        .unwrap();
+    f.seek(SeekFrom::Start(299_998)).unwrap();
+    f.write_all(b"tail").unwrap();
+    f.set_len(100_001).unwrap();
+    drop(f);
+    let want = &big[..100_001];
+    assert_eq!(std::fs::metadata(dir.join("big")).unwrap().len(), 100_001);
+    assert_bytes(&std::fs::read(dir.join("big")).unwrap(), want, "truncated");
+
+    // directory listing and link counts
+    for i in 0..50 {
+        std::fs::write(dir.join(format!("f{i}")), pattern(i, 4096)).unwrap();
+    }
+    std::fs::create_dir(dir.join("sub")).unwrap();
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), 52, "{names:?}");
+    assert_eq!(std::fs::metadata(&dir).unwrap().nlink(), 3);
+    for i in 0..50 {
+        let p = dir.join(format!("f{i}"));
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 4096);
+        assert_bytes(&std::fs::read(&p).unwrap(), &pattern(i, 4096), "small");
+    }
+
+    // unlink, also of an open file (readable until closed)
+    let mut open = std::fs::File::open(dir.join("f0")).unwrap();
+    for i in 0..50 {
+        std::fs::remove_file(dir.join(format!("f{i}"))).unwrap();
+    }
+    let mut got = Vec::new();
+    open.read_to_end(&mut got).unwrap();
+    assert_bytes(&got, &pattern(0, 4096), "unlinked while open");
+    drop(open);
+    assert_eq!(err(std::fs::metadata(dir.join("f0"))), libc::ENOENT);
+    assert_eq!(err(std::fs::remove_file(dir.join("f0"))), libc::ENOENT);
+    assert_eq!(err(std::fs::remove_file(dir.join("sub"))), libc::EISDIR);
+    assert_eq!(err(std::fs::remove_dir(&dir)), libc::ENOTEMPTY);
+    std::fs::remove_dir(dir.join("sub")).unwrap();
+    std::fs::remove_file(dir.join("big")).unwrap();
+    std::fs::remove_dir(&dir).unwrap();
+    assert_eq!(std::fs::read_dir(&mp).unwrap().count(), 0);
+    let log = m.stop_with_stderr();
+    assert!(log.contains("nullfs: requests"), "{log}");
+}
+
+/// `files` (create, stat, delete) through a mount; FUSE requests by operation as
+/// counted by the daemon over the whole session.
+fn files_run(mp: &Path) {
+    std::fs::create_dir(mp.join("c")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_basalt-fusefs-dev"))
+        .args([
+            "files",
+            "--count",
+            "300",
+            "--threads",
+            "2",
+            "--size",
+            "4096",
+        ])
+        .arg("--dir")
+        .arg(mp.join("c/files"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let s = String::from_utf8_lossy(&out.stdout);
+    for phase in ["create", "stat", "delete"] {
+        assert!(s.contains(phase), "{s}");
+    }
+}
+
+fn counts(v: &serde_json::Value) -> BTreeMap<String, u64> {
+    v.as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, n)| (k.clone(), n.as_u64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn null_mount_gets_the_requests_of_the_basalt_mount() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+
+    let mp = tmp.path().join("null");
+    let m = DevMount::start_null(&mp, &[]);
+    files_run(&mp);
+    let log = m.stop_with_stderr();
+    let line = log
+        .lines()
+        .find_map(|l| l.split_once("nullfs: requests "))
+        .unwrap_or_else(|| panic!("no request counts in {log:?}"))
+        .1;
+    let null = counts(&serde_json::from_str(line).unwrap());
+
+    let mp = tmp.path().join("basalt");
+    let m = DevMount::start(&tmp.path().join("data"), &mp, &[]);
+    files_run(&mp);
+    let s = std::fs::read_to_string(mp.join(".basalt/stats.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+    let basalt = counts(&v["filesystem"]["requests"]);
+    m.stop();
+
+    // 300 files: a request more or less per file would differ by 300. The margin
+    // covers reading stats.json and FORGETs the kernel sends at its own pace.
+    for op in [
+        "lookup", "getattr", "setattr", "create", "write", "flush", "release", "unlink",
+        "getxattr", "open",
+    ] {
+        let (n, b) = (null[op], basalt[op]);
+        assert!(
+            n.abs_diff(b) <= 10,
+            "{op}: null fs got {n} requests, Basalt {b}\nnull {null:?}\nbasalt {basalt:?}"
+        );
+    }
+    assert!(null["create"] >= 300 && null["unlink"] >= 300, "{null:?}");
+}

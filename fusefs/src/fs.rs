@@ -123,6 +123,7 @@ impl State {
         n.gid = gid;
         n.rdev = new.rdev;
         n.chunk_size = self.chunk_size;
+        n.no_chunks = new.kind == Kind::File;
         if new.kind == Kind::Symlink {
             n.symlink = new.symlink.to_vec();
             n.size = new.symlink.len() as u64;

@@ -74,6 +74,11 @@ pub struct Node {
     pub docs_dirty: bool,
     /// An inline file's document exists in the engine.
     pub has_doc: bool,
+    /// No chunk record can exist under this fid: the file was created by this mount
+    /// with a fid above every stored inode record (chunks never outlive their inode
+    /// record) and has not been chunked since. Unlinking it then skips the scan for
+    /// chunks.
+    pub no_chunks: bool,
 }
 
 impl Node {
@@ -109,6 +114,7 @@ impl Node {
             delete_chunks_from: None,
             docs_dirty: false,
             has_doc: false,
+            no_chunks: false,
         }
     }
 
@@ -428,6 +434,7 @@ impl State {
         };
         let n = self.node_mut(ino)?;
         n.storage = Storage::Chunked;
+        n.no_chunks = false;
         n.docs_dirty = true;
         n.delete_chunks_from = Some(0);
         if !data.is_empty() || n.size > 0 {
@@ -594,7 +601,7 @@ impl State {
         let n = self.node(ino)?;
         let coll = self.coll_name(n.coll)?.to_string();
         b.delete(&coll, layout::inode_key(n.fid));
-        if n.kind == Kind::File {
+        if n.kind == Kind::File && !n.no_chunks {
             let prefix = layout::chunk_key_prefix(n.fid);
             let iter = self
                 .db

@@ -245,3 +245,60 @@ fn unlinked_open_file_lives_until_close() {
         .collect();
     assert!(keys.is_empty(), "leftover keys {keys:?}");
 }
+
+/// Unlinking the last name leaves no record of the file in the engine: neither its
+/// inode record nor chunks, whatever storage form it had (inline files created by
+/// the mount skip the chunk scan, so the ones that were chunked once must not).
+#[test]
+fn unlinked_files_leave_no_records() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
+    std::fs::create_dir_all(&mp).unwrap();
+    let chunk = basalt_fusefs::DEFAULT_CHUNK_SIZE;
+    let records = |db: &basalt_engine::Db| -> Vec<Vec<u8>> {
+        let c = db.collection("c").unwrap();
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        for p in [&b"\0I"[..], b"\0C"] {
+            for item in c.scan_prefix(p, basalt_engine::Direction::Forward).unwrap() {
+                keys.push(item.unwrap().0.to_vec());
+            }
+        }
+        keys
+    };
+    let h = mount(open_db(&data), cfg(&mp)).unwrap();
+    let c = mp.join("c");
+    std::fs::create_dir(&c).unwrap();
+    // One inode record: the collection's root.
+    let baseline = {
+        h.unmount().unwrap();
+        let db = open_db(&data);
+        records(&db).len()
+    };
+    let h = mount(open_db(&data), cfg(&mp)).unwrap();
+    std::fs::write(c.join("inline"), pattern(1, 4096)).unwrap();
+    std::fs::write(c.join("chunked"), pattern(2, 3 * chunk + 5)).unwrap();
+    std::fs::write(c.join("shrunk"), pattern(3, 2 * chunk)).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(c.join("shrunk"))
+        .unwrap();
+    f.set_len(100).unwrap();
+    drop(f);
+    std::fs::write(c.join("linked"), pattern(4, 100)).unwrap();
+    std::fs::hard_link(c.join("linked"), c.join("linked2")).unwrap();
+    std::fs::remove_file(c.join("linked2")).unwrap();
+    let mut open = std::fs::File::open(c.join("inline")).unwrap();
+    for name in ["inline", "chunked", "shrunk", "linked"] {
+        std::fs::remove_file(c.join(name)).unwrap();
+    }
+    let mut got = Vec::new();
+    open.read_to_end(&mut got).unwrap();
+    assert_bytes(&got, &pattern(1, 4096), "unlinked while open");
+    drop(open);
+    std::thread::sleep(std::time::Duration::from_millis(200)); // RELEASE is asynchronous
+    h.unmount().unwrap();
+    let db = open_db(&data);
+    let left = records(&db);
+    assert_eq!(left.len(), baseline, "records left: {left:?}");
+}

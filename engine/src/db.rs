@@ -1241,17 +1241,7 @@ mod tests {
     use std::sync::mpsc;
 
     fn open(dir: &Path, budget: u64) -> Db {
-        Db::open(
-            dir,
-            Options {
-                memory_budget: budget,
-                durability: Durability::NoSync,
-                background_gc: false,
-                compression: crate::Compression::None,
-                ..Options::default()
-            },
-        )
-        .unwrap()
+        Db::open(dir, Options::for_unit_test(budget)).unwrap()
     }
 
     #[test]

@@ -443,7 +443,7 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Db, Durability, Options};
+    use crate::{Db, Options};
     use std::time::{Duration, Instant};
 
     fn dead_bytes(db: &Db) -> u64 {
@@ -473,17 +473,7 @@ mod tests {
     #[test]
     fn a_running_merge_hands_shadowed_versions_to_gc_before_it_installs() {
         let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(
-            dir.path(),
-            Options {
-                memory_budget: 64 << 20,
-                durability: Durability::NoSync,
-                background_gc: false,
-                compression: crate::Compression::None,
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let db = Db::open(dir.path(), Options::for_unit_test(64 << 20)).unwrap();
         db.create_collection("c").unwrap();
         let keys = (super::PUBLISH_DEAD_EVERY + 1000) as u32;
         // Holding the install lock keeps the background merge from installing.

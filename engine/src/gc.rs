@@ -258,7 +258,7 @@ fn retire(inner: &Inner, id: SegId) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Db, Durability, Options};
+    use crate::{Db, Options};
     use std::sync::mpsc;
     use std::time::Duration;
 
@@ -271,11 +271,7 @@ mod tests {
             dir.path(),
             Options {
                 segment_size: 128 << 10,
-                memory_budget: 8 << 20,
-                durability: Durability::NoSync,
-                background_gc: false,
-                compression: crate::Compression::None,
-                ..Options::default()
+                ..Options::for_unit_test(8 << 20)
             },
         )
         .unwrap();

@@ -149,6 +149,19 @@ impl Options {
         Ok(())
     }
 
+    /// Options for the crate's unit tests: a `budget`-byte memory budget, no syncing,
+    /// no background GC and no compression, so a test drives flushes and GC itself.
+    #[cfg(test)]
+    pub(crate) fn for_unit_test(budget: u64) -> Options {
+        Options {
+            memory_budget: budget,
+            durability: Durability::NoSync,
+            background_gc: false,
+            compression: Compression::None,
+            ..Options::default()
+        }
+    }
+
     /// Bytes of the memory budget given to the write cache (memtables).
     pub(crate) fn write_cache_bytes(&self) -> u64 {
         (self.memory_budget / 4).clamp(2 << 20, 256 << 20)

@@ -810,6 +810,21 @@ fn reply_empty(reply: ReplyEmpty, r: Result<(), Errno>) {
     }
 }
 
+/// Answers READDIR from a directory handle's listing, from entry `offset` on (the
+/// offset of an entry is its index + 1), as many entries as fit.
+pub(crate) fn reply_listing(
+    entries: &[(u64, FileType, OsString)],
+    offset: u64,
+    mut reply: ReplyDirectory,
+) {
+    for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+        if reply.add(INodeNo(*ino), (i + 1) as u64, *kind, name) {
+            break;
+        }
+    }
+    reply.ok();
+}
+
 pub fn xattr_reply(reply: ReplyXattr, size: u32, data: Vec<u8>) {
     if size == 0 {
         reply.size(data.len() as u32);
@@ -1173,19 +1188,14 @@ impl Filesystem for BasaltFs {
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
         self.shared.requests.count(Op::Readdir);
         let handles = self.shared.handles();
         let Some(Handle::Dir { entries }) = handles.get(&fh.0) else {
             return reply.error(FErrno::from_i32(libc::EBADF));
         };
-        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(*ino), (i + 1) as u64, *kind, name) {
-                break;
-            }
-        }
-        reply.ok();
+        reply_listing(entries, offset, reply);
     }
 
     fn readdirplus(

@@ -19,7 +19,9 @@ use fuser::{
     Request, TimeOrNow, WriteFlags,
 };
 
-use crate::fuse::{fopen_flags, negotiate, to_time, xattr_reply, Done, FsOptions, BLKSIZE};
+use crate::fuse::{
+    fopen_flags, negotiate, reply_listing, to_time, xattr_reply, Done, FsOptions, BLKSIZE,
+};
 use crate::requests::{Op, Requests};
 
 const ROOT: u64 = 1;
@@ -475,19 +477,14 @@ impl Filesystem for NullFs {
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
         self.requests.count(Op::Readdir);
         let t = self.tree();
         let Some(entries) = t.listings.get(&fh.0) else {
             return reply.error(Errno::EBADF);
         };
-        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(*ino), (i + 1) as u64, *kind, name) {
-                break;
-            }
-        }
-        reply.ok();
+        reply_listing(entries, offset, reply);
     }
 
     fn readdirplus(

@@ -14,7 +14,7 @@ engine-crash-soak:
 ## fuzz-engine: every on-disk decoder under libFuzzer (needs the nightly toolchain)
 fuzz-engine:
 	@test -x $(BASALT_TOOLS)/bin/cargo-fuzz || $(CARGO) install cargo-fuzz --root $(BASALT_TOOLS)
-	cd engine && for t in log_block segment_footer index_block checkpoint delete_list; do \
+	cd engine && for t in log_block segment_footer index_block checkpoint delete_list paged_head; do \
 	  PATH=$(BASALT_TOOLS)/bin:$$PATH cargo +nightly fuzz run $$t -- -max_total_time=$(ENGINE_FUZZ_SECONDS) || exit 1; \
 	done
 

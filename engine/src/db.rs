@@ -18,7 +18,7 @@ use crate::record::{CollId, Kind, RecordIter, RecordRef, Seqno};
 use crate::segment::{
     check_header, parse_segment_name, read_footer, scan_blocks, segment_path, SegId, DATA_START,
 };
-use crate::segments::{DataCache, Segment, SegmentMap};
+use crate::segments::{DataCache, HeadCache, Segment, SegmentCaches, SegmentMap};
 use crate::stats::StatCounters;
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::BTreeMap;
@@ -91,6 +91,8 @@ pub(crate) struct Inner {
     pub index_install: Mutex<()>,
     pub gc_lock: Mutex<()>,
     pub data_cache: Arc<DataCache>,
+    /// Heads of paged blocks, for reads of part of a large value.
+    pub head_cache: Arc<HeadCache>,
     pub index_cache: Arc<IndexCache>,
     pub stats: StatCounters,
     pub bg_mutex: Mutex<()>,
@@ -265,9 +267,14 @@ impl Db {
         let cache_bytes = opts.cache_bytes(0, opts.write_cache_bytes());
         let index_cache: Arc<IndexCache> = Arc::new(ClockCache::new((cache_bytes / 2) as usize));
         let data_cache: Arc<DataCache> = Arc::new(ClockCache::with_doorkeeper(
-            (cache_bytes / 2) as usize,
+            (cache_bytes / 2 - cache_bytes / 16) as usize,
             (opts.memory_budget / crate::aligned::PAGE as u64) as usize,
         ));
+        let head_cache: Arc<HeadCache> = Arc::new(ClockCache::new((cache_bytes / 16) as usize));
+        let caches = SegmentCaches {
+            blocks: data_cache.clone(),
+            heads: head_cache.clone(),
+        };
 
         let ckpt = match checkpoint::read(dir)? {
             Some(c) => c,
@@ -523,14 +530,7 @@ impl Db {
             if !sealed {
                 tail_end = Some(end);
             }
-            let seg = Arc::new(Segment::new(
-                id,
-                file,
-                blocks,
-                sealed,
-                end,
-                data_cache.clone(),
-            ));
+            let seg = Arc::new(Segment::new(id, file, blocks, sealed, end, caches.clone()));
             segments.insert(id, seg);
         }
 
@@ -569,7 +569,7 @@ impl Db {
                     next_seg_id,
                     io_mode,
                     counters.clone(),
-                    data_cache.clone(),
+                    caches.clone(),
                     opts.segment_size,
                 )?;
                 segments.insert(s.id, s.clone());
@@ -587,7 +587,7 @@ impl Db {
             dir.to_path_buf(),
             io_mode,
             counters.clone(),
-            data_cache.clone(),
+            caches,
             &opts,
         )?;
 
@@ -620,6 +620,7 @@ impl Db {
             index_install: Mutex::new(()),
             gc_lock: Mutex::new(()),
             data_cache,
+            head_cache,
             index_cache,
             pinned_bytes: AtomicU64::new(0),
             stats: StatCounters::default(),
@@ -812,6 +813,18 @@ impl Db {
         self.collection(collection)?.multi_get(keys)
     }
 
+    /// Reads parts of many values of one collection: bytes `range` of each key's value
+    /// (cut to the value's length; `None` for a missing key), in the order of `reqs`.
+    /// A part of a large value costs a read of the pages that hold it, verified by
+    /// their checksums, not a read of the whole value.
+    pub fn multi_get_ranges(
+        &self,
+        collection: &str,
+        reqs: &[crate::RangeRequest<'_>],
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        self.collection(collection)?.multi_get_ranges(reqs)
+    }
+
     /// A consistent read-only view of the whole engine as of now.
     pub fn snapshot(&self) -> crate::Snapshot {
         crate::snapshot::Snapshot::new(self.inner.clone())
@@ -903,6 +916,21 @@ impl Collection {
         self.check_live()?;
         let snap = self.db.inner.visible_seqno.load(Ordering::SeqCst);
         self.db.inner.multi_get(self.id, keys, snap)
+    }
+
+    /// Bytes `range` of the values of `reqs`' keys; see [`Db::multi_get_ranges`].
+    pub fn multi_get_ranges(
+        &self,
+        reqs: &[crate::RangeRequest<'_>],
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        self.check_live()?;
+        let snap = self.db.inner.visible_seqno.load(Ordering::SeqCst);
+        self.db.inner.multi_get_ranges(self.id, reqs, snap)
+    }
+
+    /// Bytes `range` of `key`'s value (cut to its length).
+    pub fn get_range(&self, key: &[u8], range: std::ops::Range<usize>) -> Result<Option<Vec<u8>>> {
+        Ok(self.multi_get_ranges(&[(key, range)])?.pop().flatten())
     }
 
     /// Ordered scan of keys within the bounds, forwards or backwards.
@@ -1166,7 +1194,9 @@ impl Inner {
         let index_need: u64 = v.runs.iter().map(|r| r.file_size).sum();
         let index = index_need.min(total * 7 / 8).max(total / 8);
         self.index_cache.set_capacity(index as usize);
-        self.data_cache.set_capacity((total - index) as usize);
+        let rest = total - index;
+        self.head_cache.set_capacity((rest / 8) as usize);
+        self.data_cache.set_capacity((rest - rest / 8) as usize);
     }
 
     /// True while memtables waiting for flush fill the write cache beyond the active

@@ -41,6 +41,8 @@ mod lock;
 mod log_writer;
 mod memtable;
 mod options;
+mod paged;
+mod partial_read;
 mod read_path;
 mod record;
 mod recovery;
@@ -58,6 +60,7 @@ pub use db::{Collection, Db, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use error::{Error, Result};
 pub use io::IoMode;
 pub use options::{Compression, Durability, IoBackend, Options};
+pub use partial_read::RangeRequest;
 pub use record::{CollId, Seqno};
 pub use snapshot::{Direction, ScanIter, Snapshot};
 pub use stats::{SegmentStats, Stats};
@@ -72,6 +75,23 @@ pub mod decoders {
     pub fn log_block(b: &[u8]) {
         if let Ok((h, raw)) = crate::block::decode(b, Path::new("fuzz"), 0) {
             let _ = crate::data_block::DataBlock::new(raw, h.nrecs as usize);
+        }
+    }
+    /// Parses a paged block's head as a read of part of a value does (the block at a
+    /// file offset given by the first byte), then checks a part of the value.
+    pub fn paged_head(b: &[u8]) {
+        let Some((&first, rest)) = b.split_first() else {
+            return;
+        };
+        let off = first as u64 * 16;
+        let mut file = vec![0u8; off as usize];
+        file.extend_from_slice(rest);
+        if let Ok(h) = crate::paged::PagedHead::parse(&file, 0, off, 0, b"k", 1) {
+            let (start, len) = h.pages_for(100, 5000);
+            let end = (start + len as u64).min(file.len() as u64);
+            if let Some(buf) = file.get(start as usize..end as usize) {
+                let _ = h.extract(buf, start, 100, 5000);
+            }
         }
     }
     /// Decodes a segment footer.

@@ -6,14 +6,16 @@
 //! block that straddles a boundary costs an 8 KiB read). The writer estimates a
 //! block's compressed size from the previous block's ratio, seals the open block before
 //! a record would carry it past its page limit, and, when too little of a page is left
-//! for another block, zero-fills the rest of the page ([`FLAG_PAD`]).
+//! for another block, zero-fills the rest of the page ([`FLAG_PAD`]). A block of one
+//! large record that is stored raw gets page checksums ([`crate::block::FLAG_PAGED`]),
+//! so a part of its value can be read alone.
 //!
 //! The buffer always starts at a page boundary; when it is written out, a trailing
 //! partial page stays in the buffer and is written again (with more data) next time,
 //! so every device write is 4 KiB aligned.
 
 use crate::aligned::{AlignedBuf, PAGE};
-use crate::block::{BlockBuilder, FLAG_CONTINUES, FLAG_PAD, HEADER_LEN};
+use crate::block::{BlockBuilder, FLAG_CONTINUES, FLAG_PAD, HEADER_LEN, PAGED_MIN};
 use crate::codec::{align_down, align_up};
 use crate::data_block::DataBlock;
 use crate::error::{Error, Result};
@@ -21,7 +23,7 @@ use crate::io::{sync_dir, DataFile, IoCounters, IoMode};
 use crate::options::Compression;
 use crate::record::{RecordRef, Seqno};
 use crate::segment::{encode_footer, encode_header, segment_path, BlockInfo, SegId, DATA_START};
-use crate::segments::{DataCache, Segment};
+use crate::segments::{Segment, SegmentCaches};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -52,7 +54,7 @@ pub struct LogWriter {
     dir: PathBuf,
     mode: IoMode,
     counters: Arc<IoCounters>,
-    cache: Arc<DataCache>,
+    cache: SegmentCaches,
     compression: Compression,
     block_size: usize,
     /// Compressed / raw size of the last sealed block (estimates the open block's size).
@@ -69,7 +71,7 @@ pub fn create_segment(
     id: SegId,
     mode: IoMode,
     counters: Arc<IoCounters>,
-    cache: Arc<DataCache>,
+    cache: SegmentCaches,
     size: u64,
 ) -> Result<Arc<Segment>> {
     let path = segment_path(dir, id);
@@ -105,7 +107,7 @@ impl LogWriter {
         dir: PathBuf,
         mode: IoMode,
         counters: Arc<IoCounters>,
-        cache: Arc<DataCache>,
+        cache: SegmentCaches,
         opts: &crate::Options,
     ) -> Result<Self> {
         let buf_start = align_down(end, PAGE as u64);
@@ -284,8 +286,11 @@ impl LogWriter {
         let largest = self.open.largest();
         self.scratch.clear();
         let raw = self.open.seal_unframed(&mut self.scratch, self.compression);
+        self.ratio = (self.scratch.len() - HEADER_LEN) as f64 / raw_len.max(1) as f64;
+        if nrecs == 1 && raw_len >= PAGED_MIN && self.scratch[9] == 0 {
+            crate::block::make_paged(&mut self.scratch, off);
+        }
         let disk_len = self.scratch.len();
-        self.ratio = (disk_len - HEADER_LEN) as f64 / raw_len.max(1) as f64;
         let pad = self.pad_after(off + disk_len as u64, largest);
         let flags = if pad { flags | FLAG_PAD } else { flags };
         crate::block::frame(&mut self.scratch, flags);
@@ -301,10 +306,10 @@ impl LogWriter {
             raw_len: raw_len as u32,
             min_seqno: h.min_seqno,
             max_seqno: h.max_seqno,
-            flags,
+            flags: h.flags,
         };
         let charge = cached.charge();
-        self.cache.insert((self.seg.id, off), cached, charge);
+        self.cache.blocks.insert((self.seg.id, off), cached, charge);
         let data = std::mem::take(&mut self.scratch);
         let mut res = self.append(&data);
         self.scratch = data;

@@ -205,13 +205,17 @@ impl Inner {
         }
     }
 
-    /// Verifies and decodes a finished block read, and offers the block to the cache.
-    fn decode_read(&self, off: u64, len: u32, r: &ReadReq<Arc<Segment>>) -> Result<Arc<DataBlock>> {
-        let seg = &r.target;
+    /// Counts a finished point read in the stats.
+    pub(crate) fn count_read(&self, r: &ReadReq<Arc<Segment>>) {
         self.stats.device_reads.fetch_add(1, Ordering::Relaxed);
         self.stats
             .get_bytes_read
             .fetch_add(r.done as u64, Ordering::Relaxed);
+    }
+
+    /// Verifies and decodes a finished block read, and offers the block to the cache.
+    fn decode_read(&self, off: u64, len: u32, r: &ReadReq<Arc<Segment>>) -> Result<Arc<DataBlock>> {
+        let seg = &r.target;
         let skip = (off - r.off) as usize;
         let end = skip + len as usize;
         if r.done < end {
@@ -241,17 +245,9 @@ impl Inner {
         blocks: &[(&Arc<Segment>, u64, u32)],
     ) -> Result<Vec<Arc<DataBlock>>> {
         let mut out: Vec<Option<Arc<DataBlock>>> = vec![None; blocks.len()];
-        self.with_reader(|reader| {
-            let mut on_done = |i: usize, r: &ReadReq<Arc<Segment>>| -> Result<()> {
-                let (_, off, len) = blocks[i];
-                out[i] = Some(self.decode_read(off, len, r)?);
-                Ok(())
-            };
-            for &(seg, off, len) in blocks {
-                reader.queue(ReadReq::covering(seg.clone(), off, len), &mut on_done)?;
-            }
-            reader.finish(&mut on_done)?;
-            reader.recycle();
+        self.read_spans(blocks, |i, r| {
+            let (_, off, len) = blocks[i];
+            out[i] = Some(self.decode_read(off, len, r)?);
             Ok(())
         })?;
         Ok(out
@@ -396,6 +392,7 @@ impl Inner {
         values: &mut [Option<Vec<u8>>],
         r: &ReadReq<Arc<Segment>>,
     ) -> Result<()> {
+        self.count_read(r);
         let block = self.decode_read(w.off, w.len, r)?;
         for (i, key, seqno) in w.first.take().into_iter().chain(w.more.drain(..)) {
             values[i] = Some(find_record(

@@ -89,23 +89,57 @@ impl<'a> RecordIter<'a> {
     }
 
     fn decode_one(&mut self) -> Option<RecordRef<'a>> {
-        let kb = self.r.u8()?;
-        let kind = Kind::from_u8(kb & !RELOC_BIT)?;
-        let coll = u32::try_from(self.r.varint()?).ok()?;
-        let seqno = self.r.varint()?;
-        let klen = usize::try_from(self.r.varint()?).ok()?;
-        let vlen = usize::try_from(self.r.varint()?).ok()?;
-        let key = self.r.bytes(klen)?;
-        let value = self.r.bytes(vlen)?;
+        let h = decode_head(&mut self.r)?;
+        let value = self.r.bytes(h.value_len)?;
         Some(RecordRef {
-            kind,
-            reloc: kb & RELOC_BIT != 0,
-            coll,
-            seqno,
-            key,
+            kind: h.kind,
+            reloc: h.reloc,
+            coll: h.coll,
+            seqno: h.seqno,
+            key: h.key,
             value,
         })
     }
+}
+
+/// A record's fields up to its key: what a read of part of a large value checks
+/// before it takes bytes from the value, which starts right after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordHead<'a> {
+    pub kind: Kind,
+    pub reloc: bool,
+    pub coll: CollId,
+    pub seqno: Seqno,
+    pub key: &'a [u8],
+    pub value_len: usize,
+}
+
+/// Decodes a record's head from `r`, leaving it at the first byte of the value.
+pub fn decode_head<'a>(r: &mut Reader<'a>) -> Option<RecordHead<'a>> {
+    let kb = r.u8()?;
+    let kind = Kind::from_u8(kb & !RELOC_BIT)?;
+    let coll = u32::try_from(r.varint()?).ok()?;
+    let seqno = r.varint()?;
+    let klen = usize::try_from(r.varint()?).ok()?;
+    let value_len = usize::try_from(r.varint()?).ok()?;
+    let key = r.bytes(klen)?;
+    Some(RecordHead {
+        kind,
+        reloc: kb & RELOC_BIT != 0,
+        coll,
+        seqno,
+        key,
+        value_len,
+    })
+}
+
+/// Value length of a record with these fields whose encoding is `rec_size` bytes.
+pub fn value_len(coll: CollId, seqno: Seqno, klen: usize, rec_size: usize) -> Option<usize> {
+    (1..=10).find_map(|vb| {
+        let fixed = 1 + varint_len(coll as u64) + varint_len(seqno) + varint_len(klen as u64);
+        let vlen = rec_size.checked_sub(fixed + vb + klen)?;
+        (varint_len(vlen as u64) == vb).then_some(vlen)
+    })
 }
 
 impl<'a> Iterator for RecordIter<'a> {
@@ -158,6 +192,16 @@ mod tests {
     }
 
     proptest! {
+        /// The value length is recovered from a record's encoded size and other fields,
+        /// across every varint width.
+        #[test]
+        fn value_len_inverts_encoded_len(coll in any::<u32>(), seqno in any::<u64>(),
+                                         klen in 0usize..300, vexp in 0u32..28, vlo in 0usize..1000) {
+            let vlen = (1usize << vexp) + vlo;
+            let size = encoded_len(coll, seqno, klen, vlen);
+            prop_assert_eq!(value_len(coll, seqno, klen, size), Some(vlen));
+        }
+
         #[test]
         fn record_decoder_survives_arbitrary_bytes(b in proptest::collection::vec(any::<u8>(), 0..256)) {
             for (at, r) in RecordIter::new(&b).flatten() {

@@ -2,7 +2,7 @@
 //! from damage in the middle of the log (refuse to open, naming file and offset).
 
 use crate::aligned::{AlignedBuf, PAGE};
-use crate::block::{BlockHeader, BLOCK_MAGIC};
+use crate::block::BLOCK_MAGIC;
 use crate::codec::{align_down, align_up};
 use crate::error::Result;
 use crate::io::DataFile;
@@ -24,11 +24,8 @@ pub fn valid_block_after(file: &DataFile, from: u64) -> Result<Option<u64>> {
         if data[i..i + 4] != magic {
             continue;
         }
-        if let Some(h) = BlockHeader::parse(&data[i..]) {
-            let end = i + h.disk_len();
-            if end <= data.len() && crc32c::crc32c(&data[i + 8..end]) == h.crc {
-                return Ok(Some(start + i as u64));
-            }
+        if crate::block::verify(&data[i..], start + i as u64).is_ok() {
+            return Ok(Some(start + i as u64));
         }
     }
     Ok(None)

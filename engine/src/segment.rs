@@ -21,8 +21,9 @@ const SEG_MAGIC: &[u8; 8] = b"BSLTSEG1";
 const FOOTER_MAGIC: &[u8; 8] = b"BSLTFTR1";
 const END_MAGIC: &[u8; 8] = b"BSLTEND1";
 /// Segment format version written by this build. Version 2 added
-/// [`crate::block::FLAG_PAD`]; version 1 files (which never set it) are read as they are.
-pub const SEG_VERSION: u32 = 2;
+/// [`crate::block::FLAG_PAD`], version 3 [`crate::block::FLAG_PAGED`]; older files
+/// (which never set them) are read as they are.
+pub const SEG_VERSION: u32 = 3;
 /// Oldest segment format version this build reads.
 const SEG_VERSION_MIN: u32 = 1;
 /// Offset of the first block.
@@ -259,8 +260,8 @@ pub fn scan_blocks(
             owned.extend_from_slice(&buf[skip..skip + len]);
             &owned
         };
-        if crc32c::crc32c(&bytes[8..]) != h.crc {
-            stop_reason = Some(format!("block checksum mismatch at offset {off}"));
+        if let Err(m) = crate::block::verify(bytes, off) {
+            stop_reason = Some(format!("{m} in the block at offset {off}"));
             break;
         }
         let block = bytes.to_vec();

@@ -3,6 +3,7 @@
 use crate::cache::ClockCache;
 use crate::data_block::DataBlock;
 use crate::io::DataFile;
+use crate::paged::PagedHead;
 use crate::segment::{BlockInfo, SegId};
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
@@ -11,6 +12,15 @@ use std::sync::Arc;
 
 /// Cache of decompressed log block payloads, keyed by (segment, block offset).
 pub type DataCache = ClockCache<(SegId, u64), DataBlock>;
+/// Heads of paged blocks (see [`crate::paged`]), by block.
+pub type HeadCache = ClockCache<(SegId, u64), PagedHead>;
+
+/// The caches keyed by block of a segment; a retired segment's entries go with it.
+#[derive(Clone)]
+pub struct SegmentCaches {
+    pub blocks: Arc<DataCache>,
+    pub heads: Arc<HeadCache>,
+}
 
 /// One log segment in use. The file is deleted when GC retired the segment and the
 /// last reference (index read, iterator or snapshot) is gone.
@@ -26,7 +36,7 @@ pub struct Segment {
     /// Sum of uncompressed block payloads (the records' encoded sizes).
     pub raw_bytes: AtomicU64,
     retired: AtomicBool,
-    cache: Arc<DataCache>,
+    caches: SegmentCaches,
 }
 
 impl Segment {
@@ -36,7 +46,7 @@ impl Segment {
         blocks: Vec<BlockInfo>,
         sealed: bool,
         written_end: u64,
-        cache: Arc<DataCache>,
+        caches: SegmentCaches,
     ) -> Self {
         let raw = blocks.iter().map(|b| b.raw_len as u64).sum();
         Segment {
@@ -47,7 +57,7 @@ impl Segment {
             written_end: AtomicU64::new(written_end),
             raw_bytes: AtomicU64::new(raw),
             retired: AtomicBool::new(false),
-            cache,
+            caches,
         }
     }
 
@@ -73,7 +83,8 @@ impl Drop for Segment {
         if self.retired.load(Ordering::SeqCst) {
             let _ = std::fs::remove_file(self.file.path());
             let id = self.id;
-            self.cache.retain(|(s, _)| *s != id);
+            self.caches.blocks.retain(|(s, _)| *s != id);
+            self.caches.heads.retain(|(s, _)| *s != id);
         }
     }
 }

@@ -97,8 +97,13 @@ pub struct Stats {
     pub block_cache_declined: u64,
     pub index_cache_hits: u64,
     pub index_cache_misses: u64,
+    /// Heads of paged blocks (page checksum tables) cached for reads of parts of
+    /// large values: budget, hits and misses.
+    pub head_cache_capacity: u64,
+    pub head_cache_hits: u64,
+    pub head_cache_misses: u64,
     /// Memory accounted against the budget: caches (with the block cache's admission
-    /// filter), memtables, bloom filters and block indexes of runs, garbage map.
+    /// filter, and the head cache), memtables, bloom filters and block indexes of runs, garbage map.
     pub memory_bytes: u64,
     pub memory_budget: u64,
     /// Device reads per get (reads of log blocks, not cache hits).
@@ -187,6 +192,7 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         + inner.data_cache.used() as u64
         + inner.data_cache.filter_bytes() as u64
         + inner.index_cache.used() as u64
+        + inner.head_cache.used() as u64
         + inner.garbage.lock().memory_bytes() as u64;
     let meta = inner.meta.lock();
     Stats {
@@ -229,6 +235,9 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         block_cache_declined: inner.data_cache.declined.load(Ordering::Relaxed),
         index_cache_hits: inner.index_cache.hits.load(Ordering::Relaxed),
         index_cache_misses: inner.index_cache.misses.load(Ordering::Relaxed),
+        head_cache_capacity: inner.head_cache.capacity() as u64,
+        head_cache_hits: inner.head_cache.hits.load(Ordering::Relaxed),
+        head_cache_misses: inner.head_cache.misses.load(Ordering::Relaxed),
         memory_bytes: memory,
         memory_budget: inner.opts.memory_budget,
         device_reads_per_get: ratio(dreads, gets),

@@ -149,7 +149,7 @@ fn idle_write_cache_is_lent_to_the_caches_and_taken_back_when_writes_resume() {
     }
     db.flush().unwrap();
     let idle = db.stats();
-    let caches = idle.block_cache_capacity + idle.index_cache_capacity;
+    let caches = idle.block_cache_capacity + idle.index_cache_capacity + idle.head_cache_capacity;
     assert!(
         caches > budget - write_cache + write_cache / 2,
         "idle: caches get {caches} of {budget}; without lending they would get {}",
@@ -174,7 +174,10 @@ fn idle_write_cache_is_lent_to_the_caches_and_taken_back_when_writes_resume() {
             // with the memtables of a second, later snapshot is a sound bound.
             let (s, later) = (db.stats(), db.stats());
             peak = peak.max(s.memory_bytes);
-            let claim = s.block_cache_capacity + s.index_cache_capacity + later.memtable_bytes;
+            let claim = s.block_cache_capacity
+                + s.index_cache_capacity
+                + s.head_cache_capacity
+                + later.memtable_bytes;
             worst_claim = worst_claim.max(claim);
         }
     }

@@ -651,13 +651,18 @@ fn extend_padded(out: &mut Vec<u8>, d: &[u8], a: usize, z: usize) {
     out.resize(out.len() + (z - a - have.len()), 0);
 }
 
-/// The values of one collection's `multi_get`, taken in key order.
+/// The value parts of one collection's `multi_get_ranges`, taken in request order.
 type Fetched = std::vec::IntoIter<Option<Vec<u8>>>;
 
 /// Where each piece of a read comes from.
 pub enum ReadSource {
     Bytes(Vec<u8>),
-    Key { key: Vec<u8>, a: usize, z: usize },
+    /// Bytes `a..z` of the engine value at `key` (zeros past its end: a hole).
+    Key {
+        key: Vec<u8>,
+        a: usize,
+        z: usize,
+    },
 }
 
 /// A read planned under the lock and completed outside it.
@@ -672,32 +677,33 @@ impl ReadPlan {
         self.parts.iter().all(|p| matches!(p, ReadSource::Bytes(_)))
     }
 
-    /// Fetches the engine pieces (all in one `multi_get`) and assembles the bytes.
+    /// Fetches the engine pieces (all in one engine read) and assembles the bytes.
     pub fn execute(self, db: &basalt_engine::Db) -> Result<Vec<u8>, Errno> {
         let mut r = ReadPlan::execute_all(vec![self], db);
         r.pop().unwrap_or(Err(e(libc::EIO)))
     }
 
-    /// Executes many plans with one engine `multi_get` per collection (one io_uring
-    /// submission for all their reads); results in the order of `plans`.
+    /// Executes many plans with one engine `multi_get_ranges` per collection (one
+    /// io_uring submission for all their reads; a piece of a large chunk reads only the
+    /// pages that hold it); results in the order of `plans`.
     pub fn execute_all(
         plans: Vec<ReadPlan>,
         db: &basalt_engine::Db,
     ) -> Vec<Result<Vec<u8>, Errno>> {
-        let mut by_coll: BTreeMap<&str, Vec<&[u8]>> = BTreeMap::new();
+        let mut by_coll: BTreeMap<&str, Vec<basalt_engine::RangeRequest>> = BTreeMap::new();
         for p in &plans {
             for part in &p.parts {
-                if let ReadSource::Key { key, .. } = part {
-                    by_coll.entry(&p.coll).or_default().push(key);
+                if let ReadSource::Key { key, a, z } = part {
+                    by_coll.entry(&p.coll).or_default().push((key, *a..*z));
                 }
             }
         }
         let mut fetched: BTreeMap<&str, Result<Fetched, Errno>> = BTreeMap::new();
-        for (coll, keys) in by_coll {
+        for (coll, reqs) in by_coll {
             let r = db
-                .multi_get(coll, &keys)
+                .multi_get_ranges(coll, &reqs)
                 .map(|v| v.into_iter())
-                .map_err(|err| engine_err(coll, keys[0], &err));
+                .map_err(|err| engine_err(coll, reqs[0].0, &err));
             fetched.insert(coll, r);
         }
         plans
@@ -714,7 +720,7 @@ impl ReadPlan {
                                 .as_mut()
                                 .map_err(|err| *err)?;
                             let d = values.next().ok_or(e(libc::EIO))?.unwrap_or_default();
-                            extend_padded(&mut out, &d, *a, *z);
+                            extend_padded(&mut out, &d, 0, z - a);
                         }
                     }
                 }

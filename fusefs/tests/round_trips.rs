@@ -1,6 +1,7 @@
 //! FUSE round trips per operation, counted by the daemon (`/.basalt/stats.json`,
 //! `filesystem.requests`): the requests this filesystem lets the kernel skip stay
-//! skipped, and skipping them loses nothing.
+//! skipped, and skipping them loses nothing. Also the device bytes behind a small
+//! O_DIRECT read (`engine.device_bytes_read`).
 
 mod common;
 
@@ -106,5 +107,54 @@ fn writes_ask_for_security_capability_once_per_open_not_once_per_write() {
         asked <= 2,
         "{asked} GETXATTR requests for 2 opens, 128 writes"
     );
+    h.unmount().unwrap();
+}
+
+#[test]
+fn a_4k_direct_read_from_a_large_file_reads_its_pages_not_the_whole_chunk() {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
+    std::fs::create_dir_all(&mp).unwrap();
+    let cfg = mount_config(&mp);
+    let content = pattern(7, 4 << 20);
+    {
+        let h = mount(open_db(&data), cfg.clone()).unwrap();
+        std::fs::create_dir(mp.join("c")).unwrap();
+        std::fs::write(mp.join("c/big"), &content).unwrap();
+        h.unmount().unwrap();
+    }
+    // Remounted: the engine's caches are cold.
+    let h = mount(open_db(&data), cfg).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(mp.join("c/big"))
+        .unwrap();
+    let device_bytes = |mp: &Path| stats(mp)["engine"]["device_bytes_read"].as_u64().unwrap();
+    let before = device_bytes(&mp);
+    // A 4 KiB-aligned buffer, as O_DIRECT wants.
+    let mut raw = vec![0u8; 8192];
+    let at = raw.as_ptr().align_offset(4096);
+    let buf = &mut raw[at..at + 4096];
+    let (reads, mut x) = (96u64, 12345u64);
+    for _ in 0..reads {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let off = (x >> 33) % ((4 << 20) / 4096) * 4096;
+        let n = f.read_at(buf, off).unwrap();
+        assert_eq!(n, 4096);
+        assert_bytes(buf, &content[off as usize..off as usize + 4096], "4k read");
+    }
+    let read = device_bytes(&mp) - before;
+    // Each read: its two pages, plus once per chunk (64 chunks of 64 KiB) the chunk's
+    // head (at most two pages), plus a few index blocks. A whole-chunk read would be
+    // 96 x 68 KiB.
+    let bound = reads * 8192 + 64 * 8192 + 16 * 4096;
+    println!("{reads} direct 4 KiB reads cost {read} device bytes (bound {bound})");
+    assert!(read <= bound, "{read} device bytes for {reads} 4 KiB reads");
+    drop(f);
     h.unmount().unwrap();
 }

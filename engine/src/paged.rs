@@ -1,0 +1,336 @@
+//! Reading part of a large value: a paged block ([`crate::block::FLAG_PAGED`]) holds one
+//! record and a crc32c per device page, so bytes `a..z` of its value are read and
+//! verified with only the pages that hold them, once the block's head (header, page
+//! checksum table, record header and key) is known. Heads are small and cached apart
+//! from data blocks; a 4 KiB read from a 64 KiB value then costs one 8 KiB device read
+//! (4 KiB when the value happens to start at a page boundary) instead of 68 KiB.
+
+use crate::aligned::PAGE;
+use crate::block::{self, BlockHeader, HEADER_LEN};
+use crate::codec::{align_down, align_up, Reader};
+use crate::record::{self, CollId, Kind, Seqno};
+
+/// Where a paged block at `off` would keep its value, from what the index knows of
+/// the record (its encoded size, collection, seqno and key length) and the block's
+/// length. `None` when a block of that length cannot be a paged block of that record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// File offset of the block.
+    pub off: u64,
+    /// File offset of the value's first byte.
+    pub value_start: u64,
+    pub value_len: usize,
+}
+
+impl Geometry {
+    pub fn guess(
+        off: u64,
+        len: u32,
+        rec_size: usize,
+        coll: CollId,
+        seqno: Seqno,
+        klen: usize,
+    ) -> Option<Geometry> {
+        if rec_size < block::PAGED_MIN {
+            return None;
+        }
+        let table = 4 * block::table_entries(rec_size);
+        if len as usize != HEADER_LEN + table + rec_size {
+            return None;
+        }
+        let value_len = record::value_len(coll, seqno, klen, rec_size)?;
+        Some(Geometry {
+            off,
+            value_start: off + len as u64 - value_len as u64,
+            value_len,
+        })
+    }
+
+    /// The aligned file range `(start, len)` holding the block's head: from its page
+    /// to the end of the page the value starts in.
+    pub fn head_pages(&self) -> (u64, u32) {
+        let start = align_down(self.off, PAGE as u64);
+        let end = align_up(self.value_start + 1, PAGE as u64);
+        (start, (end - start) as u32)
+    }
+}
+
+/// A verified head of a paged block: enough to read and check any part of its value.
+#[derive(Debug)]
+pub struct PagedHead {
+    /// File offset of the block.
+    off: u64,
+    payload_start: u64,
+    value_start: u64,
+    value_len: usize,
+    /// One crc32c per device page of the payload, the first for the page `off` is in.
+    table: Box<[u32]>,
+}
+
+impl PagedHead {
+    /// Parses and verifies the head of the paged block at `off` from `buf`, which holds
+    /// the file from `buf_off` (page aligned) at least to the end of the page the value
+    /// starts in. Checks the header and table checksum, the page checksums of the
+    /// record's header and key, and that the record is `(coll, key, seqno)`.
+    pub fn parse(
+        buf: &[u8],
+        buf_off: u64,
+        off: u64,
+        coll: CollId,
+        key: &[u8],
+        seqno: Seqno,
+    ) -> Result<PagedHead, String> {
+        let rel = off
+            .checked_sub(buf_off)
+            .and_then(|r| usize::try_from(r).ok())
+            .ok_or("head read starts after the block")?;
+        let b = buf.get(rel..).ok_or("head read is short")?;
+        let h = BlockHeader::parse(b).ok_or("bad block header")?;
+        if !h.is_paged() {
+            return Err("block is not paged".into());
+        }
+        let table_end = h.payload_start();
+        let table_bytes = b.get(8..table_end).ok_or("head read is short")?;
+        if crc32c::crc32c(table_bytes) != h.crc {
+            return Err("block checksum mismatch".into());
+        }
+        let table: Box<[u32]> = (0..h.pages as usize)
+            .map(|i| block::table_entry(b, i))
+            .collect();
+        let mut r = Reader::new(b.get(table_end..).ok_or("head read is short")?);
+        let rh = record::decode_head(&mut r).ok_or("record header past the head read")?;
+        let value_at = table_end + r.pos();
+        if rh.kind != Kind::Put || rh.coll != coll || rh.key != key || rh.seqno != seqno {
+            return Err(format!(
+                "index entry for key {:?} seqno {seqno} not found in its block",
+                String::from_utf8_lossy(key)
+            ));
+        }
+        if value_at + rh.value_len != h.disk_len() {
+            return Err("record does not end where its paged block does".into());
+        }
+        let head = PagedHead {
+            off,
+            payload_start: off + table_end as u64,
+            value_start: off + value_at as u64,
+            value_len: rh.value_len,
+            table,
+        };
+        // The pages holding the record's header and key.
+        for (i, span) in block::page_spans(off, table_end, h.disk_len()).enumerate() {
+            if span.start >= value_at {
+                break;
+            }
+            let bytes = b.get(span.clone()).ok_or("head read is short")?;
+            if crc32c::crc32c(bytes) != head.table[i] {
+                return Err(format!(
+                    "page checksum mismatch at block offset {}",
+                    span.start
+                ));
+            }
+        }
+        Ok(head)
+    }
+
+    /// The aligned file range `(start, len)` holding value bytes `a..z` (clamped to the
+    /// value; an empty range reads nothing).
+    pub fn pages_for(&self, a: usize, z: usize) -> (u64, u32) {
+        let z = z.min(self.value_len);
+        let a = a.min(z);
+        if a == z {
+            return (align_down(self.value_start, PAGE as u64), 0);
+        }
+        let start = align_down(self.value_start + a as u64, PAGE as u64);
+        let end = align_up(self.value_start + z as u64, PAGE as u64);
+        (start, (end - start) as u32)
+    }
+
+    /// Value bytes `a..z` (clamped to the value) from `buf`, the file read from
+    /// `buf_off` as [`Self::pages_for`] said, after checking the checksum of every page
+    /// they touch. `Err` gives the file offset of a bad page and what is wrong.
+    pub fn extract(
+        &self,
+        buf: &[u8],
+        buf_off: u64,
+        a: usize,
+        z: usize,
+    ) -> Result<Vec<u8>, (u64, String)> {
+        let z = z.min(self.value_len);
+        let a = a.min(z);
+        if a == z {
+            return Ok(Vec::new());
+        }
+        let (from, to) = (self.value_start + a as u64, self.value_start + z as u64);
+        let end = self.value_start + self.value_len as u64;
+        let first = align_down(self.payload_start, PAGE as u64);
+        let mut page = align_down(from, PAGE as u64);
+        while page < to {
+            let span = page.max(self.payload_start)..(page + PAGE as u64).min(end);
+            let i = ((page - first) / PAGE as u64) as usize;
+            let bytes = span
+                .start
+                .checked_sub(buf_off)
+                .and_then(|s| buf.get(s as usize..(span.end - buf_off) as usize))
+                .ok_or((page, "short read".to_string()))?;
+            if self.table.get(i) != Some(&crc32c::crc32c(bytes)) {
+                return Err((
+                    page,
+                    format!("page checksum mismatch (block at offset {})", self.off),
+                ));
+            }
+            page += PAGE as u64;
+        }
+        Ok(buf[(from - buf_off) as usize..(to - buf_off) as usize].to_vec())
+    }
+
+    /// Bytes to charge the head cache for this head.
+    pub fn charge(&self) -> usize {
+        std::mem::size_of::<Self>() + 4 * self.table.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block::BlockBuilder;
+    use crate::options::Compression;
+    use crate::record::RecordRef;
+    use proptest::prelude::*;
+
+    /// Incompressible bytes (splitmix64).
+    fn noise(n: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let mut z = x;
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                (z ^ (z >> 31)) as u8
+            })
+            .collect()
+    }
+
+    /// A file image with one paged block of `(key, value)` at `off`, as the writer lays
+    /// it out; returns the image and the block's length.
+    fn image(off: u64, key: &[u8], value: &[u8]) -> (Vec<u8>, u32) {
+        let mut b = BlockBuilder::default();
+        b.add(&RecordRef {
+            kind: Kind::Put,
+            reloc: false,
+            coll: 3,
+            seqno: 77,
+            key,
+            value,
+        });
+        let mut blk = Vec::new();
+        b.seal_unframed(&mut blk, Compression::None);
+        block::make_paged(&mut blk, off);
+        block::frame(&mut blk, 0);
+        let mut file = vec![0u8; off as usize];
+        file.extend_from_slice(&blk);
+        file.resize(align_up(file.len() as u64, PAGE as u64) as usize, 0);
+        (file, blk.len() as u32)
+    }
+
+    fn head_of(file: &[u8], g: &Geometry, key: &[u8]) -> PagedHead {
+        let (s, l) = g.head_pages();
+        PagedHead::parse(
+            &file[s as usize..(s + l as u64) as usize],
+            s,
+            g.off,
+            3,
+            key,
+            77,
+        )
+        .unwrap()
+    }
+
+    proptest! {
+        /// Any part of the value read through the head and its pages equals the value's
+        /// bytes, wherever the block starts in its page; the pages read are the fewest
+        /// that hold the part.
+        #[test]
+        fn any_range_reads_back_the_values_bytes(
+            off in 4096u64..20_000, vlen in 16_400usize..70_000, a in 0usize..80_000, n in 0usize..70_000,
+        ) {
+            let key = b"chunk/7";
+            let value = noise(vlen, off);
+            let (file, len) = image(off, key, &value);
+            let rec = crate::record::encoded_len(3, 77, key.len(), vlen);
+            let g = Geometry::guess(off, len, rec, 3, 77, key.len()).expect("paged geometry");
+            prop_assert_eq!(g.value_len, vlen);
+            let head = head_of(&file, &g, key);
+            let (s, l) = head.pages_for(a, a + n);
+            let got = head.extract(&file[s as usize..(s + l as u64) as usize], s, a, a + n).unwrap();
+            let (ca, cz) = (a.min(vlen), (a + n).min(vlen));
+            prop_assert_eq!(&got[..], &value[ca.min(cz)..cz]);
+            if ca < cz {
+                let pages = (align_up(g.value_start + cz as u64, 4096)
+                    - align_down(g.value_start + ca as u64, 4096)) / 4096;
+                prop_assert_eq!(l as u64, pages * 4096);
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn head_parser_survives_arbitrary_bytes(b in proptest::collection::vec(any::<u8>(), 0..600)) {
+            crate::decoders::paged_head(&b);
+        }
+
+        /// A real block's head with bytes damaged anywhere: an error or a head whose
+        /// checked parts still hold (never a panic).
+        #[test]
+        fn head_parser_survives_damage(at in 0usize..8192, x in 1u8..=255, off in 4096u64..8000) {
+            let (mut file, _) = image(off, b"k", &noise(20_000, 1));
+            let at = at % file.len();
+            file[at] ^= x;
+            let _ = PagedHead::parse(&file, 0, off, 3, b"k", 77);
+        }
+    }
+
+    #[test]
+    fn a_block_that_is_not_paged_has_no_paged_geometry() {
+        // Same record, stored without page checksums: the length does not fit.
+        let rec = crate::record::encoded_len(3, 77, 7, 20_000);
+        assert!(Geometry::guess(4096, (HEADER_LEN + rec) as u32, rec, 3, 77, 7).is_none());
+        // Too small to be paged.
+        assert!(Geometry::guess(4096, 9000, 8000, 3, 77, 7).is_none());
+    }
+
+    #[test]
+    fn every_flipped_byte_in_the_pages_read_is_detected() {
+        let key = b"k";
+        let value = noise(40_000, 9);
+        let off = 4096 + 3000;
+        let (file, len) = image(off, key, &value);
+        let rec = crate::record::encoded_len(3, 77, 1, value.len());
+        let g = Geometry::guess(off, len, rec, 3, 77, 1).unwrap();
+        let (hs, hl) = g.head_pages();
+        let head_range = hs as usize..(hs + hl as u64) as usize;
+        for at in head_range.clone() {
+            let mut f = file.clone();
+            f[at] ^= 0x10;
+            let r = PagedHead::parse(&f[head_range.clone()], hs, off, 3, key, 77);
+            // Bytes before the block and after the key's page are not the head's.
+            let in_head = at as u64 >= off && (at as u64) < align_up(g.value_start, 4096);
+            if in_head {
+                assert!(r.is_err(), "flip at {at} in the head not detected");
+            }
+        }
+        let head = head_of(&file, &g, key);
+        let (a, z) = (10_000, 14_096);
+        let (s, l) = head.pages_for(a, z);
+        for at in s..s + l as u64 {
+            let mut f = file.clone();
+            f[at as usize] ^= 1;
+            let r = head.extract(&f[s as usize..(s + l as u64) as usize], s, a, z);
+            let in_block = at < off + len as u64;
+            if in_block {
+                let (page, _) = r.expect_err("flip in a page read");
+                assert_eq!(page, align_down(at, 4096), "names the damaged page");
+            }
+        }
+    }
+}

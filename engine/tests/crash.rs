@@ -2,7 +2,8 @@
 //! GC and index flushes run often, acknowledging each durable batch on its stdout.
 //! The parent `kill -9`s it at random moments, reopens, and checks that every
 //! acknowledged batch is there, the batch in flight is all-or-nothing, no deleted
-//! key came back, and `check` passes.
+//! key came back, and `check` passes. Values are 50-750 bytes, one in 40 over 16 KiB
+//! (a paged block).
 //!
 //! Cycles: 300 by default, `BASALT_CRASH_CYCLES` to change (e.g. under `make bench`).
 
@@ -54,7 +55,12 @@ fn batch_ops(id: u64) -> Vec<(usize, Vec<u8>, Option<Vec<u8>>)> {
         if r.next().is_multiple_of(5) {
             ops.push((c, key, None));
         } else {
-            let len = 50 + (r.next() % 700) as usize;
+            // One value in 40 is large enough for a paged block (page checksums).
+            let len = if r.next().is_multiple_of(40) {
+                16_500 + (r.next() % 4000) as usize
+            } else {
+                50 + (r.next() % 700) as usize
+            };
             let mut v = format!("b{id}:").into_bytes();
             while v.len() < len {
                 v.push(b'a' + (r.next() % 26) as u8);

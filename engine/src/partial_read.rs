@@ -4,7 +4,8 @@
 //!
 //! A part costs one device read of the pages that hold it once the block's head is
 //! cached; the first part read from a block reads the head first (one more read of
-//! the block's first page or two). All reads of a step go to the device at once.
+//! the block's first page or two), unless the part is at least half the value: then
+//! the whole block is read at once. All reads of a step go to the device at once.
 
 use crate::db::Inner;
 use crate::entry::IndexEntry;
@@ -62,6 +63,10 @@ impl Inner {
                 out[slot] = Some(cut(&r, range));
             } else if let Some(head) = self.head_cache.get(&at) {
                 parts.push(Part { slot, seg, head });
+            } else if 2 * (range.end.min(g.value_len)).saturating_sub(range.start) >= g.value_len {
+                // Most of the value (a sequential reader): one read of the whole block
+                // beats a read of its head and then of the part.
+                whole.push((slot, *key, e));
             } else {
                 heads.push((slot, seg, g, e.seqno));
             }

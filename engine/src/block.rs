@@ -391,7 +391,7 @@ pub fn decode(bytes: &[u8], file: &Path, off: u64) -> crate::Result<(BlockHeader
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::record::Kind;
     use proptest::prelude::*;
@@ -437,7 +437,7 @@ mod tests {
     }
 
     /// Incompressible bytes (a splitmix64 stream, so the test needs no RNG crate).
-    fn noise(n: usize, seed: u64) -> Vec<u8> {
+    pub(crate) fn noise(n: usize, seed: u64) -> Vec<u8> {
         let mut x = seed;
         (0..n)
             .map(|_| {

@@ -192,24 +192,11 @@ impl PagedHead {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::block::tests::noise;
     use crate::block::BlockBuilder;
     use crate::options::Compression;
     use crate::record::RecordRef;
     use proptest::prelude::*;
-
-    /// Incompressible bytes (splitmix64).
-    fn noise(n: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed;
-        (0..n)
-            .map(|_| {
-                x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-                let mut z = x;
-                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-                (z ^ (z >> 31)) as u8
-            })
-            .collect()
-    }
 
     /// A file image with one paged block of `(key, value)` at `off`, as the writer lays
     /// it out; returns the image and the block's length.

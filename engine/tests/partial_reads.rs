@@ -4,23 +4,11 @@
 //! value costs a read of the pages that hold it; a damaged page is reported with file
 //! and offset while the value's other pages stay readable.
 
-use basalt_engine::{Compression, Db, Durability, Error, IoBackend, Options};
+use basalt_engine::{Db, Error, IoBackend};
 use std::ops::Range;
 
 mod common;
-use common::Rng;
-
-fn opts(io_backend: IoBackend) -> Options {
-    Options {
-        io_backend,
-        segment_size: 1 << 20,
-        block_size: 4096,
-        memory_budget: 8 << 20,
-        durability: Durability::NoSync,
-        compression: Compression::Lz4,
-        ..Options::default()
-    }
-}
+use common::{read_test_options as opts, Rng};
 
 /// Incompressible bytes.
 fn noise(n: usize, seed: u64) -> Vec<u8> {

@@ -2,22 +2,10 @@
 //! backends, the memory budget holds with a data set 100x larger than it, and the
 //! write cache lends its idle part to the caches.
 
-use basalt_engine::{Compression, Db, Durability, IoBackend, Options};
-
-fn opts(io_backend: IoBackend) -> Options {
-    Options {
-        io_backend,
-        segment_size: 1 << 20,
-        block_size: 4096,
-        memory_budget: 8 << 20,
-        durability: Durability::NoSync,
-        compression: Compression::Lz4,
-        ..Options::default()
-    }
-}
+use basalt_engine::{Compression, Db, IoBackend, Options};
 
 mod common;
-use common::Rng;
+use common::{read_test_options as opts, Rng};
 
 fn value(k: u64, round: u64) -> Vec<u8> {
     let mut v = format!("{k}/{round}/").into_bytes();

@@ -1,5 +1,21 @@
 //! Helpers shared by the engine's integration tests.
 
+use basalt_engine::{Compression, Durability, IoBackend, Options};
+
+/// Small segments and budget, lz4, no sync: the read-path tests' engine on `io_backend`.
+#[allow(dead_code)] // not every test file reads
+pub fn read_test_options(io_backend: IoBackend) -> Options {
+    Options {
+        io_backend,
+        segment_size: 1 << 20,
+        block_size: 4096,
+        memory_budget: 8 << 20,
+        durability: Durability::NoSync,
+        compression: Compression::Lz4,
+        ..Options::default()
+    }
+}
+
 /// A tiny deterministic xorshift generator (reproducible key and batch streams).
 pub struct Rng(pub u64);
 

@@ -267,10 +267,11 @@ impl Db {
         let cache_bytes = opts.cache_bytes(0, opts.write_cache_bytes());
         let index_cache: Arc<IndexCache> = Arc::new(ClockCache::new((cache_bytes / 2) as usize));
         let data_cache: Arc<DataCache> = Arc::new(ClockCache::with_doorkeeper(
-            (cache_bytes / 2 - cache_bytes / 16) as usize,
+            (cache_bytes / 2) as usize,
             (opts.memory_budget / crate::aligned::PAGE as u64) as usize,
         ));
-        let head_cache: Arc<HeadCache> = Arc::new(ClockCache::new((cache_bytes / 16) as usize));
+        // Gets its share with the others at the rebalance that ends `open`.
+        let head_cache: Arc<HeadCache> = Arc::new(ClockCache::new(0));
         let caches = SegmentCaches {
             blocks: data_cache.clone(),
             heads: head_cache.clone(),

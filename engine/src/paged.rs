@@ -101,10 +101,7 @@ impl PagedHead {
         let rh = record::decode_head(&mut r).ok_or("record header past the head read")?;
         let value_at = table_end + r.pos();
         if rh.kind != Kind::Put || rh.coll != coll || rh.key != key || rh.seqno != seqno {
-            return Err(format!(
-                "index entry for key {:?} seqno {seqno} not found in its block",
-                String::from_utf8_lossy(key)
-            ));
+            return Err(crate::read_path::not_in_block(key, seqno));
         }
         if value_at + rh.value_len != h.disk_len() {
             return Err("record does not end where its paged block does".into());

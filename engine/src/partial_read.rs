@@ -58,9 +58,9 @@ impl Inner {
             };
             let at = (seg.id, e.loc.off);
             if let Some(b) = self.data_cache.get(&at) {
-                let r =
-                    crate::read_path::find_record(&b, coll, key, e.seqno, seg.file.path(), at.1)?;
-                out[slot] = Some(cut(&r, range));
+                let path = seg.file.path();
+                let r = crate::read_path::find_record_ref(&b, coll, key, e.seqno, path, at.1)?;
+                out[slot] = Some(cut(r.value, range));
             } else if let Some(head) = self.head_cache.get(&at) {
                 parts.push(Part { slot, seg, head });
             } else if 2 * (range.end.min(g.value_len)).saturating_sub(range.start) >= g.value_len {

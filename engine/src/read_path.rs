@@ -9,7 +9,7 @@ use crate::db::{Inner, Version};
 use crate::entry::{IndexEntry, Location};
 use crate::error::{Error, Result};
 use crate::options::IoBackend;
-use crate::record::{CollId, Seqno};
+use crate::record::{CollId, RecordRef, Seqno};
 use crate::segment::{segment_path, SegId};
 use crate::segments::{Segment, SegmentMap};
 use crate::uring::{ReadReq, Reader, SyncReader};
@@ -418,17 +418,29 @@ pub(crate) fn find_record(
     file: &Path,
     off: u64,
 ) -> Result<Vec<u8>> {
-    if let Some(r) = block.find(coll, key, seqno) {
-        return Ok(r.value.to_vec());
-    }
-    Err(Error::corruption(
-        file,
-        off,
-        format!(
-            "index entry for key {:?} seqno {seqno} not found in its block",
-            String::from_utf8_lossy(key)
-        ),
-    ))
+    find_record_ref(block, coll, key, seqno, file, off).map(|r| r.value.to_vec())
+}
+
+/// Finds the record (coll, key, seqno) in a block payload, borrowed from it.
+pub(crate) fn find_record_ref<'b>(
+    block: &'b DataBlock,
+    coll: CollId,
+    key: &[u8],
+    seqno: Seqno,
+    file: &Path,
+    off: u64,
+) -> Result<RecordRef<'b>> {
+    block
+        .find(coll, key, seqno)
+        .ok_or_else(|| Error::corruption(file, off, not_in_block(key, seqno)))
+}
+
+/// What is wrong when an index entry's record is not in the block it points at.
+pub(crate) fn not_in_block(key: &[u8], seqno: Seqno) -> String {
+    format!(
+        "index entry for key {:?} seqno {seqno} not found in its block",
+        String::from_utf8_lossy(key)
+    )
 }
 
 pub(crate) enum BlockPayload {

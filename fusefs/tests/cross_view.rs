@@ -10,6 +10,12 @@ use std::path::Path;
 use basalt_fusefs::{mount, write_document, DocumentReader};
 use common::{assert_bytes, mount_config as cfg, open_db, pattern};
 
+/// Truncates the file at `p` to `len` bytes (open, `ftruncate`, close).
+fn shrink(p: &Path, len: u64) {
+    let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+    f.set_len(len).unwrap();
+}
+
 fn doc(db: &basalt_engine::Db, coll: &str, key: &str) -> Vec<u8> {
     let mut r = DocumentReader::open(db, coll, key).unwrap();
     let mut v = Vec::new();
@@ -53,12 +59,7 @@ fn mount_writes_are_engine_documents() {
         drop(f);
         // Grow then shrink back below a chunk: stored inline again.
         std::fs::write(c.join("shrunk"), pattern(2, 1 << 20)).unwrap();
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(c.join("shrunk"))
-            .unwrap();
-        f.set_len(100).unwrap();
-        drop(f);
+        shrink(&c.join("shrunk"), 100);
         std::fs::hard_link(c.join("big.bin"), c.join("a/link.bin")).unwrap();
         std::os::unix::fs::symlink("a/b/small.txt", c.join("sym")).unwrap();
         std::fs::set_permissions(
@@ -279,12 +280,7 @@ fn unlinked_files_leave_no_records() {
     std::fs::write(c.join("inline"), pattern(1, 4096)).unwrap();
     std::fs::write(c.join("chunked"), pattern(2, 3 * chunk + 5)).unwrap();
     std::fs::write(c.join("shrunk"), pattern(3, 2 * chunk)).unwrap();
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(c.join("shrunk"))
-        .unwrap();
-    f.set_len(100).unwrap();
-    drop(f);
+    shrink(&c.join("shrunk"), 100);
     std::fs::write(c.join("linked"), pattern(4, 100)).unwrap();
     std::fs::hard_link(c.join("linked"), c.join("linked2")).unwrap();
     std::fs::remove_file(c.join("linked2")).unwrap();

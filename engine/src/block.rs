@@ -6,7 +6,7 @@
 //! |---|---|
 //! | 0..4 | magic `0x314B4C42` ("BLK1") |
 //! | 4..8 | crc32c of bytes 8..40 and the payload |
-//! | 8 | flags: bit 0 = the write batch continues in the next block; bit 1 = the next block starts at the next page boundary (zeros in between); bit 2 = paged (below) |
+//! | 8 | flags: bit 0 = the write batch continues in the next block; bit 1 = the next block starts at the next page boundary (zeros in between); bit 2 = paged, bit 3 = paged with its value's tail rotated (below) |
 //! | 9 | compression: 0 none, 1 lz4, 2 zstd |
 //! | 10..12 | record count |
 //! | 12..16 | length on disk after the header (page checksums + payload) |
@@ -21,7 +21,12 @@
 //! payload's bytes in a partial page); the header checksum then covers header bytes
 //! 8..40 and the table only. Part of such a value can be read and verified with the
 //! pages that hold it plus the block's head ([`crate::paged`]), instead of the whole
-//! block: a 4 KiB read from a 64 KiB file chunk costs 8 KiB, not 68.
+//! block. A *rotated* paged block ([`FLAG_ROTATED`], segment format 4) stores the last
+//! bytes of its value right after the key, just enough to fill that page, and the rest
+//! of the value from the next page boundary: page-aligned parts of the value (a file's
+//! 4 KiB pages) are then whole device pages, and a 4 KiB read from a 64 KiB file chunk
+//! costs one 4 KiB device read instead of 68 KiB. The block's length is unchanged;
+//! [`decode`] puts the value back in order.
 //!
 //! Blocks are packed back to back inside a segment, cut so that they end at page
 //! boundaries where they can (see [`crate::log_writer`]); all device IO is 4 KiB aligned.
@@ -43,6 +48,9 @@ pub const FLAG_PAD: u8 = 2;
 /// Flag: the block has a page checksum table and holds one raw record (segment format
 /// version 3).
 pub const FLAG_PAGED: u8 = 4;
+/// Flag: a paged block whose value's last [`tail_len`] bytes come before the rest of it,
+/// so that the rest starts at a page boundary (segment format version 4).
+pub const FLAG_ROTATED: u8 = 8;
 /// Smallest record a block is paged for: below four pages a partial read saves little.
 pub const PAGED_MIN: usize = 16 << 10;
 /// Largest uncompressed payload a block may have (bounds decoder allocations).
@@ -111,7 +119,7 @@ impl BlockHeader {
             {
                 return None;
             }
-        } else if h.pages != 0 {
+        } else if h.pages != 0 || h.flags & FLAG_ROTATED != 0 {
             return None;
         }
         Some(h)
@@ -141,6 +149,21 @@ pub fn page_spans(off: u64, start: usize, end: usize) -> impl Iterator<Item = Ra
 /// touches are zero).
 pub fn table_entries(raw: usize) -> usize {
     raw.div_ceil(PAGE) + 1
+}
+
+/// How many of its last bytes a value of `value_len` bytes of a rotated paged block
+/// stores first, when the value would start at file offset `value_start`: enough to
+/// reach the next page boundary (none if it is one), so the rest starts on it.
+pub fn tail_len(value_start: u64, value_len: usize) -> usize {
+    let to_boundary = (PAGE as u64 - value_start % PAGE as u64) % PAGE as u64;
+    (to_boundary as usize).min(value_len)
+}
+
+/// Length of the record header and key at the start of a paged block's payload.
+fn record_head_len(payload: &[u8]) -> Option<usize> {
+    let mut r = Reader::new(payload);
+    record::decode_head(&mut r)?;
+    Some(r.pos())
 }
 
 /// Bytes of a block's payload compressed as a trial before the whole block, when the
@@ -292,27 +315,50 @@ impl BlockBuilder {
 }
 
 /// Turns a block produced by [`BlockBuilder::seal_unframed`] that holds one record
-/// stored raw into a paged block at file offset `off`: inserts the page checksum table
-/// after the header. [`frame`] then sets the flags and the header checksum.
-pub fn make_paged(block: &mut Vec<u8>, off: u64) {
+/// stored raw into a paged block at file offset `off`: the page checksum table goes
+/// after the header and, if `rotate` (the writer always does; unrotated blocks are
+/// segment format 3), the value's tail ([`tail_len`]) before the rest of it. The
+/// block is built in `spare`, which then trades places with `block` (so both keep
+/// their capacity for the next block). [`frame`] then sets the flags and the header
+/// checksum.
+pub fn make_paged(block: &mut Vec<u8>, off: u64, rotate: bool, spare: &mut Vec<u8>) {
     debug_assert_eq!(block[9], 0, "only raw blocks are paged");
-    let raw = block.len() - HEADER_LEN;
+    let payload = &block[HEADER_LEN..];
+    let raw = payload.len();
+    let head = record_head_len(payload).expect("the writer's record decodes");
     let n = table_entries(raw);
     let start = HEADER_LEN + 4 * n;
-    block.splice(HEADER_LEN..HEADER_LEN, std::iter::repeat_n(0u8, 4 * n));
+    let value_len = raw - head;
+    let tail = if rotate {
+        tail_len(off + (start + head) as u64, value_len)
+    } else {
+        0
+    };
+    let (body, tail_bytes) = payload[head..].split_at(value_len - tail);
+    spare.clear();
+    spare.extend_from_slice(&block[..HEADER_LEN]);
+    spare.resize(start, 0);
+    spare.extend_from_slice(&payload[..head]);
+    spare.extend_from_slice(tail_bytes);
+    spare.extend_from_slice(body);
     for (i, span) in page_spans(off, start, start + raw).enumerate() {
-        let crc = crc32c::crc32c(&block[span]);
-        block[HEADER_LEN + 4 * i..HEADER_LEN + 4 * i + 4].copy_from_slice(&crc.to_le_bytes());
+        let crc = crc32c::crc32c(&spare[span]);
+        spare[HEADER_LEN + 4 * i..HEADER_LEN + 4 * i + 4].copy_from_slice(&crc.to_le_bytes());
     }
-    block[8] = FLAG_PAGED;
-    block[12..16].copy_from_slice(&((4 * n + raw) as u32).to_le_bytes());
-    block[20..24].copy_from_slice(&(n as u32).to_le_bytes());
+    spare[8] = if rotate {
+        FLAG_PAGED | FLAG_ROTATED
+    } else {
+        FLAG_PAGED
+    };
+    spare[12..16].copy_from_slice(&((4 * n + raw) as u32).to_le_bytes());
+    spare[20..24].copy_from_slice(&(n as u32).to_le_bytes());
+    std::mem::swap(block, spare);
 }
 
 /// Sets the flags of a block produced by [`BlockBuilder::seal_unframed`] (all of
 /// `block`, header first; made paged by [`make_paged`] or not) and its checksum.
 pub fn frame(block: &mut [u8], flags: u8) {
-    block[8] = flags | (block[8] & FLAG_PAGED);
+    block[8] = flags | (block[8] & (FLAG_PAGED | FLAG_ROTATED));
     let end = checked_end(block);
     let crc = crc32c::crc32c(&block[8..end]);
     block[4..8].copy_from_slice(&crc.to_le_bytes());
@@ -367,6 +413,18 @@ pub fn verify(bytes: &[u8], off: u64) -> std::result::Result<BlockHeader, String
     Ok(h)
 }
 
+/// The record of a rotated paged block's `payload` (at file offset `at`) with its value
+/// back in order; `None` if the record header does not decode.
+fn unrotate(payload: &[u8], at: u64) -> Option<Vec<u8>> {
+    let head = record_head_len(payload)?;
+    let tail = tail_len(at + head as u64, payload.len() - head);
+    let mut raw = Vec::with_capacity(payload.len());
+    raw.extend_from_slice(&payload[..head]);
+    raw.extend_from_slice(&payload[head + tail..]);
+    raw.extend_from_slice(&payload[head..head + tail]);
+    Some(raw)
+}
+
 /// Verifies a block's checksums and returns its uncompressed payload.
 /// `file` and `off` name the block in errors; `off` must be the block's file offset
 /// (page checksums follow file page boundaries).
@@ -374,6 +432,8 @@ pub fn decode(bytes: &[u8], file: &Path, off: u64) -> crate::Result<(BlockHeader
     let h = verify(bytes, off).map_err(|m| crate::Error::corruption(file, off, m))?;
     let payload = &bytes[h.payload_start()..h.disk_len()];
     let raw = match h.compression {
+        0 if h.flags & FLAG_ROTATED != 0 => unrotate(payload, off + h.payload_start() as u64)
+            .ok_or_else(|| crate::Error::corruption(file, off, "bad record in paged block"))?,
         0 => payload.to_vec(),
         1 => lz4_flex::block::decompress(payload, h.raw_len as usize)
             .map_err(|e| crate::Error::corruption(file, off, format!("lz4: {e}")))?,
@@ -518,17 +578,22 @@ pub(crate) mod tests {
 
     /// A paged block of one record of `value` at file offset `off`.
     fn paged(off: u64, value: &[u8]) -> Vec<u8> {
+        paged_as(off, value, true)
+    }
+
+    /// [`paged`], rotated (as the writer does) or laid out as segment format 3 was.
+    fn paged_as(off: u64, value: &[u8], rotate: bool) -> Vec<u8> {
         let mut b = BlockBuilder::default();
         b.add(&rec(9, b"key", value));
         let mut out = Vec::new();
         b.seal_unframed(&mut out, Compression::None);
-        make_paged(&mut out, off);
+        make_paged(&mut out, off, rotate, &mut Vec::new());
         frame(&mut out, FLAG_CONTINUES);
         out
     }
 
     #[test]
-    fn a_paged_block_decodes_to_its_record_wherever_it_starts_in_a_page() {
+    fn a_paged_block_rotated_or_not_decodes_to_its_record_wherever_it_starts_in_a_page() {
         let value = noise(PAGED_MIN + 5000, 11);
         for off in [
             4096u64,
@@ -538,8 +603,19 @@ pub(crate) mod tests {
             12_000,
             4096 * 7 + 4000,
         ] {
+            let old = paged_as(off, &value, false);
+            let (h, raw) = decode(&old, Path::new("t"), off).unwrap();
+            assert_eq!(h.flags & FLAG_ROTATED, 0);
+            let r = record::RecordIter::new(&raw).next().unwrap().unwrap().1;
+            assert_eq!(
+                (r.key, r.value),
+                (&b"key"[..], &value[..]),
+                "{off}: format 3"
+            );
             let b = paged(off, &value);
+            assert_eq!(b.len(), old.len(), "{off}: rotation takes no space");
             let (h, raw) = decode(&b, Path::new("t"), off).unwrap();
+            assert_ne!(h.flags & FLAG_ROTATED, 0);
             assert!(
                 h.is_paged() && h.flags & FLAG_CONTINUES != 0,
                 "{off}: flags"

@@ -87,10 +87,12 @@ pub mod decoders {
         let mut file = vec![0u8; off as usize];
         file.extend_from_slice(rest);
         if let Ok(h) = crate::paged::PagedHead::parse(&file, 0, off, 0, b"k", 1) {
-            let (start, len) = h.pages_for(100, 5000);
-            let end = (start + len as u64).min(file.len() as u64);
-            if let Some(buf) = file.get(start as usize..end as usize) {
-                let _ = h.extract(buf, start, 100, 5000);
+            let z = h.value_len().saturating_sub(100);
+            for read in h.reads_for(100, z) {
+                let end = (read.start + read.len as u64).min(file.len() as u64);
+                if let Some(buf) = file.get(read.start as usize..end as usize) {
+                    let _ = h.extract(buf, read.start, read.part);
+                }
             }
         }
     }

@@ -45,6 +45,8 @@ pub struct LogWriter {
     batch_in_open: usize,
     in_batch: bool,
     scratch: Vec<u8>,
+    /// Where a paged block is laid out; trades places with `scratch`.
+    paged_scratch: Vec<u8>,
     pub next_seqno: Seqno,
     /// The GC run whose copies the tail segment holds (`Some(u64::MAX)`: unknown, after
     /// recovery). A new GC run starts a fresh segment, so that no segment ever holds
@@ -133,6 +135,7 @@ impl LogWriter {
             batch_in_open: 0,
             in_batch: false,
             scratch: Vec::new(),
+            paged_scratch: Vec::new(),
             next_seqno,
             tail_reloc_run: Some(u64::MAX),
             next_seg_id,
@@ -288,7 +291,7 @@ impl LogWriter {
         let raw = self.open.seal_unframed(&mut self.scratch, self.compression);
         self.ratio = (self.scratch.len() - HEADER_LEN) as f64 / raw_len.max(1) as f64;
         if nrecs == 1 && raw_len >= PAGED_MIN && self.scratch[9] == 0 {
-            crate::block::make_paged(&mut self.scratch, off);
+            crate::block::make_paged(&mut self.scratch, off, true, &mut self.paged_scratch);
         }
         let disk_len = self.scratch.len();
         let pad = self.pad_after(off + disk_len as u64, largest);

@@ -2,13 +2,16 @@
 //! record and a crc32c per device page, so bytes `a..z` of its value are read and
 //! verified with only the pages that hold them, once the block's head (header, page
 //! checksum table, record header and key) is known. Heads are small and cached apart
-//! from data blocks; a 4 KiB read from a 64 KiB value then costs one 8 KiB device read
-//! (4 KiB when the value happens to start at a page boundary) instead of 68 KiB.
+//! from data blocks. In a rotated block ([`crate::block::FLAG_ROTATED`]) the value's
+//! page-aligned parts are whole device pages: a 4 KiB read from a 64 KiB value costs
+//! one 4 KiB device read (two reads when it reaches into the value's last bytes, which
+//! are stored in the head's page) instead of 68 KiB.
 
 use crate::aligned::PAGE;
 use crate::block::{self, BlockHeader, HEADER_LEN};
 use crate::codec::{align_down, align_up, Reader};
 use crate::record::{self, CollId, Kind, Seqno};
+use std::ops::Range;
 
 /// Where a paged block at `off` would keep its value, from what the index knows of
 /// the record (its encoded size, collection, seqno and key length) and the block's
@@ -61,10 +64,22 @@ pub struct PagedHead {
     /// File offset of the block.
     off: u64,
     payload_start: u64,
+    /// File offset right after the key: where the value (or, rotated, its tail) starts.
     value_start: u64,
     value_len: usize,
+    /// Bytes of the value's end stored first (rotated blocks; else 0).
+    tail: usize,
     /// One crc32c per device page of the payload, the first for the page `off` is in.
     table: Box<[u32]>,
+}
+
+/// One page-aligned file read for part of a value: the file's bytes
+/// `start..start + len` hold value bytes `part`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageRead {
+    pub start: u64,
+    pub len: u32,
+    pub part: Range<usize>,
 }
 
 impl PagedHead {
@@ -106,11 +121,18 @@ impl PagedHead {
         if value_at + rh.value_len != h.disk_len() {
             return Err("record does not end where its paged block does".into());
         }
+        let value_start = off + value_at as u64;
+        let tail = if h.flags & block::FLAG_ROTATED != 0 {
+            block::tail_len(value_start, rh.value_len)
+        } else {
+            0
+        };
         let head = PagedHead {
             off,
             payload_start: off + table_end as u64,
-            value_start: off + value_at as u64,
+            value_start,
             value_len: rh.value_len,
+            tail,
             table,
         };
         // The pages holding the record's header and key.
@@ -129,46 +151,75 @@ impl PagedHead {
         Ok(head)
     }
 
-    /// The aligned file range `(start, len)` holding value bytes `a..z` (clamped to the
-    /// value; an empty range reads nothing).
-    pub fn pages_for(&self, a: usize, z: usize) -> (u64, u32) {
-        let z = z.min(self.value_len);
-        let a = a.min(z);
-        if a == z {
-            return (align_down(self.value_start, PAGE as u64), 0);
-        }
-        let start = align_down(self.value_start + a as u64, PAGE as u64);
-        let end = align_up(self.value_start + z as u64, PAGE as u64);
-        (start, (end - start) as u32)
+    /// Length of the value.
+    pub fn value_len(&self) -> usize {
+        self.value_len
     }
 
-    /// Value bytes `a..z` (clamped to the value) from `buf`, the file read from
-    /// `buf_off` as [`Self::pages_for`] said, after checking the checksum of every page
-    /// they touch. `Err` gives the file offset of a bad page and what is wrong.
-    pub fn extract(
-        &self,
-        buf: &[u8],
-        buf_off: u64,
-        a: usize,
-        z: usize,
-    ) -> Result<Vec<u8>, (u64, String)> {
+    /// File offset of value byte `i` (`i` < the value's length; for the end of a part,
+    /// the offset after its last byte is `file_offset(end - 1) + 1`).
+    fn file_offset(&self, i: usize) -> u64 {
+        let body = self.value_len - self.tail;
+        if i < body {
+            self.value_start + (self.tail + i) as u64
+        } else {
+            self.value_start + (i - body) as u64
+        }
+    }
+
+    /// The page-aligned file reads that hold value bytes `a..z` (clamped to the value),
+    /// in value order: none for an empty range, one, or two when the range reaches into
+    /// a rotated value's tail from before it.
+    pub fn reads_for(&self, a: usize, z: usize) -> Vec<PageRead> {
         let z = z.min(self.value_len);
         let a = a.min(z);
-        if a == z {
-            return Ok(Vec::new());
+        let body = self.value_len - self.tail;
+        [a..z.min(body), a.max(body)..z]
+            .into_iter()
+            .filter(|p| p.start < p.end)
+            .map(|part| {
+                let from = self.file_offset(part.start);
+                let to = self.file_offset(part.end - 1) + 1;
+                let start = align_down(from, PAGE as u64);
+                let len = (align_up(to, PAGE as u64) - start) as u32;
+                PageRead { start, len, part }
+            })
+            .collect()
+    }
+
+    /// Value bytes `part` (one [`PageRead::part`] of [`Self::reads_for`]) from `buf`,
+    /// the file read from `buf_off` as that read said, after checking the checksum of
+    /// every page they touch. `Err` gives the file offset of a bad page and what is
+    /// wrong.
+    pub fn extract<'b>(
+        &self,
+        buf: &'b [u8],
+        buf_off: u64,
+        part: Range<usize>,
+    ) -> Result<&'b [u8], (u64, String)> {
+        if part.start >= part.end || part.end > self.value_len {
+            return Ok(&[]);
         }
-        let (from, to) = (self.value_start + a as u64, self.value_start + z as u64);
+        let from = self.file_offset(part.start);
+        let to = self.file_offset(part.end - 1) + 1;
+        if to - from != part.len() as u64 {
+            return Err((
+                from,
+                "part crosses the end of a rotated value's body".into(),
+            ));
+        }
         let end = self.value_start + self.value_len as u64;
         let first = align_down(self.payload_start, PAGE as u64);
+        let slice = |r: Range<u64>| {
+            r.start
+                .checked_sub(buf_off)
+                .and_then(|s| buf.get(s as usize..(r.end - buf_off) as usize))
+        };
         let mut page = align_down(from, PAGE as u64);
         while page < to {
             let span = page.max(self.payload_start)..(page + PAGE as u64).min(end);
             let i = ((page - first) / PAGE as u64) as usize;
-            let bytes = span
-                .start
-                .checked_sub(buf_off)
-                .and_then(|s| buf.get(s as usize..(span.end - buf_off) as usize))
-                .ok_or((page, "short read".to_string()))?;
+            let bytes = slice(span).ok_or((page, "short read".to_string()))?;
             if self.table.get(i) != Some(&crc32c::crc32c(bytes)) {
                 return Err((
                     page,
@@ -177,7 +228,7 @@ impl PagedHead {
             }
             page += PAGE as u64;
         }
-        Ok(buf[(from - buf_off) as usize..(to - buf_off) as usize].to_vec())
+        slice(from..to).ok_or((from, "short read".to_string()))
     }
 
     /// Bytes to charge the head cache for this head.
@@ -195,9 +246,10 @@ mod tests {
     use crate::record::RecordRef;
     use proptest::prelude::*;
 
-    /// A file image with one paged block of `(key, value)` at `off`, as the writer lays
-    /// it out; returns the image and the block's length.
-    fn image(off: u64, key: &[u8], value: &[u8]) -> (Vec<u8>, u32) {
+    /// A file image with one paged block of `(key, value)` at `off`, laid out as the
+    /// writer does (`rotate`) or as segment format 3 did; returns the image and the
+    /// block's length.
+    fn image_of(off: u64, key: &[u8], value: &[u8], rotate: bool) -> (Vec<u8>, u32) {
         let mut b = BlockBuilder::default();
         b.add(&RecordRef {
             kind: Kind::Put,
@@ -209,12 +261,16 @@ mod tests {
         });
         let mut blk = Vec::new();
         b.seal_unframed(&mut blk, Compression::None);
-        block::make_paged(&mut blk, off);
+        block::make_paged(&mut blk, off, rotate, &mut Vec::new());
         block::frame(&mut blk, 0);
         let mut file = vec![0u8; off as usize];
         file.extend_from_slice(&blk);
         file.resize(align_up(file.len() as u64, PAGE as u64) as usize, 0);
         (file, blk.len() as u32)
+    }
+
+    fn image(off: u64, key: &[u8], value: &[u8]) -> (Vec<u8>, u32) {
+        image_of(off, key, value, true)
     }
 
     fn head_of(file: &[u8], g: &Geometry, key: &[u8]) -> PagedHead {
@@ -230,30 +286,71 @@ mod tests {
         .unwrap()
     }
 
+    /// The bytes of a part, or the bad page's offset and what is wrong.
+    type PartResult = Result<Vec<u8>, (u64, String)>;
+
+    /// Value bytes `a..z` read from `file` as the engine does: each of
+    /// [`PagedHead::reads_for`]'s reads, checked and put in place. Also returns the
+    /// reads.
+    fn read_part(head: &PagedHead, file: &[u8], a: usize, z: usize) -> (PartResult, Vec<PageRead>) {
+        let reads = head.reads_for(a, z);
+        let mut out = Vec::new();
+        for r in &reads {
+            let buf = &file[r.start as usize..(r.start + r.len as u64) as usize];
+            match head.extract(buf, r.start, r.part.clone()) {
+                Ok(b) => out.extend_from_slice(b),
+                Err(e) => return (Err(e), reads),
+            }
+        }
+        (Ok(out), reads)
+    }
+
     proptest! {
         /// Any part of the value read through the head and its pages equals the value's
-        /// bytes, wherever the block starts in its page; the pages read are the fewest
-        /// that hold the part.
+        /// bytes, wherever the block starts in its page, rotated or not; each read is
+        /// the fewest pages that hold its part.
         #[test]
         fn any_range_reads_back_the_values_bytes(
-            off in 4096u64..20_000, vlen in 16_400usize..70_000, a in 0usize..80_000, n in 0usize..70_000,
+            off in 4096u64..20_000, vlen in 16_400usize..70_000, a in 0usize..80_000,
+            n in 0usize..70_000, rotate: bool,
         ) {
             let key = b"chunk/7";
             let value = noise(vlen, off);
-            let (file, len) = image(off, key, &value);
+            let (file, len) = image_of(off, key, &value, rotate);
             let rec = crate::record::encoded_len(3, 77, key.len(), vlen);
             let g = Geometry::guess(off, len, rec, 3, 77, key.len()).expect("paged geometry");
             prop_assert_eq!(g.value_len, vlen);
             let head = head_of(&file, &g, key);
-            let (s, l) = head.pages_for(a, a + n);
-            let got = head.extract(&file[s as usize..(s + l as u64) as usize], s, a, a + n).unwrap();
+            let (got, reads) = read_part(&head, &file, a, a + n);
             let (ca, cz) = (a.min(vlen), (a + n).min(vlen));
-            prop_assert_eq!(&got[..], &value[ca.min(cz)..cz]);
-            if ca < cz {
-                let pages = (align_up(g.value_start + cz as u64, 4096)
-                    - align_down(g.value_start + ca as u64, 4096)) / 4096;
-                prop_assert_eq!(l as u64, pages * 4096);
+            prop_assert_eq!(&got.unwrap()[..], &value[ca.min(cz)..cz]);
+            prop_assert!(reads.len() <= 1 + rotate as usize);
+            for r in &reads {
+                let from = head.file_offset(r.part.start);
+                let to = head.file_offset(r.part.end - 1) + 1;
+                prop_assert_eq!(r.start, align_down(from, 4096));
+                prop_assert_eq!(r.start + r.len as u64, align_up(to, 4096));
             }
+        }
+
+        /// In a rotated block a page-aligned part of the value short of its tail is read
+        /// as exactly its own pages: one 4 KiB device read for a file's 4 KiB page.
+        #[test]
+        fn a_page_aligned_part_of_a_rotated_value_is_its_own_pages(
+            off in 4096u64..20_000, pages in 5usize..17, first in 0usize..16, n in 1usize..4,
+        ) {
+            let key = b"chunk/7";
+            let value = noise(pages * 4096, off);
+            let (file, len) = image(off, key, &value);
+            let rec = crate::record::encoded_len(3, 77, key.len(), value.len());
+            let g = Geometry::guess(off, len, rec, 3, 77, key.len()).unwrap();
+            let head = head_of(&file, &g, key);
+            let a = (first % (pages - 1)) * 4096;
+            let z = (a + n * 4096).min((pages - 1) * 4096);
+            let (got, reads) = read_part(&head, &file, a, z);
+            prop_assert_eq!(&got.unwrap()[..], &value[a..z]);
+            prop_assert_eq!(reads.len(), 1);
+            prop_assert_eq!(reads[0].len as usize, z - a);
         }
     }
 
@@ -304,16 +401,20 @@ mod tests {
             }
         }
         let head = head_of(&file, &g, key);
-        let (a, z) = (10_000, 14_096);
-        let (s, l) = head.pages_for(a, z);
-        for at in s..s + l as u64 {
-            let mut f = file.clone();
-            f[at as usize] ^= 1;
-            let r = head.extract(&f[s as usize..(s + l as u64) as usize], s, a, z);
-            let in_block = at < off + len as u64;
-            if in_block {
-                let (page, _) = r.expect_err("flip in a page read");
-                assert_eq!(page, align_down(at, 4096), "names the damaged page");
+        // A part from the body and the tail (two reads).
+        let (a, z) = (10_000, value.len() - 10);
+        let (_, reads) = read_part(&head, &file, a, z);
+        assert_eq!(reads.len(), 2, "{reads:?}");
+        for r in &reads {
+            for at in r.start..r.start + r.len as u64 {
+                let mut f = file.clone();
+                f[at as usize] ^= 1;
+                let (got, _) = read_part(&head, &f, a, z);
+                // Bytes past the block, or before its payload, are no page's.
+                if at < off + len as u64 && at >= head.payload_start {
+                    let (page, _) = got.expect_err("flip in a page read");
+                    assert_eq!(page, align_down(at, 4096), "names the damaged page");
+                }
             }
         }
     }

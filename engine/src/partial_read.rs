@@ -3,7 +3,7 @@
 //! page checksums; any other value is read whole (as `multi_get` does) and cut.
 //!
 //! A part costs one device read of the pages that hold it once the block's head is
-//! cached; the first part read from a block reads the head first (one more read of
+//! cached (two when it reaches into a rotated value's tail from before it); the first part read from a block reads the head first (one more read of
 //! the block's first page or two), unless the part is at least half the value: then
 //! the whole block is read at once. All reads of a step go to the device at once.
 
@@ -99,22 +99,23 @@ impl Inner {
         let mut reading = Vec::with_capacity(parts.len());
         for (j, p) in parts.iter().enumerate() {
             let r = &reqs[p.slot].1;
-            match p.head.pages_for(r.start, r.end) {
-                (_, 0) => out[p.slot] = Some(Vec::new()),
-                (start, len) => {
-                    spans.push((&p.seg, start, len));
-                    reading.push(j);
-                }
+            let z = r.end.min(p.head.value_len());
+            out[p.slot] = Some(vec![0; z - r.start.min(z)]);
+            for read in p.head.reads_for(r.start, r.end) {
+                spans.push((&p.seg, read.start, read.len));
+                reading.push((j, read.part));
             }
         }
-        self.read_spans(&spans, |j, r| {
-            let p = &parts[reading[j]];
-            let range = &reqs[p.slot].1;
+        self.read_spans(&spans, |i, r| {
+            let (j, part) = &reading[i];
+            let p = &parts[*j];
             let bytes = p
                 .head
-                .extract(&r.buf[..r.done], r.off, range.start, range.end)
+                .extract(&r.buf[..r.done], r.off, part.clone())
                 .map_err(|(page, m)| Error::corruption(p.seg.file.path(), page, m))?;
-            out[p.slot] = Some(bytes);
+            let at = part.start - reqs[p.slot].1.start;
+            let dest = out[p.slot].as_mut().expect("allocated above");
+            dest[at..at + bytes.len()].copy_from_slice(bytes);
             Ok(())
         })?;
         // Everything else: whole values, cut.

@@ -21,9 +21,10 @@ const SEG_MAGIC: &[u8; 8] = b"BSLTSEG1";
 const FOOTER_MAGIC: &[u8; 8] = b"BSLTFTR1";
 const END_MAGIC: &[u8; 8] = b"BSLTEND1";
 /// Segment format version written by this build. Version 2 added
-/// [`crate::block::FLAG_PAD`], version 3 [`crate::block::FLAG_PAGED`]; older files
-/// (which never set them) are read as they are.
-pub const SEG_VERSION: u32 = 3;
+/// [`crate::block::FLAG_PAD`], version 3 [`crate::block::FLAG_PAGED`], version 4
+/// [`crate::block::FLAG_ROTATED`]; older files (which never set them) are read as they
+/// are.
+pub const SEG_VERSION: u32 = 4;
 /// Oldest segment format version this build reads.
 const SEG_VERSION_MIN: u32 = 1;
 /// Offset of the first block.

@@ -64,7 +64,7 @@ pub struct Shared {
     /// Set once the session ended (unmounted from inside or outside).
     pub done: Arc<Done>,
     /// Engine reads in flight off the FUSE workers.
-    reads: ReadPool<(ReadPlan, ReplyData)>,
+    reads: ReadPool<(ReadPlan, ReplyData), (Result<Vec<u8>, Errno>, ReplyData)>,
     /// FUSE requests received, by operation.
     pub requests: Requests,
     /// The kernel granted `FUSE_HANDLE_KILLPRIV_V2`: this filesystem clears set-ID bits
@@ -93,11 +93,10 @@ impl Shared {
                     opts.read_threads,
                     move |batch: Vec<(ReadPlan, ReplyData)>| {
                         let (plans, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
-                        for (r, reply) in ReadPlan::execute_all(plans, &db).into_iter().zip(replies)
-                        {
-                            send_read(r, reply);
-                        }
+                        let results = ReadPlan::execute_all(plans, &db);
+                        results.into_iter().zip(replies).collect()
                     },
+                    |(r, reply)| send_read(r, reply),
                 )
             },
             requests: Requests::default(),

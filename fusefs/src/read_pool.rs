@@ -5,60 +5,82 @@
 //! A read is handled on the worker that received it when no other read is in flight:
 //! at queue depth 1 a hand-off would only add a wake-up to the latency. Otherwise it is
 //! queued and the worker returns to `/dev/fuse` at once. A pool thread takes everything
-//! queued (up to [`MAX_BATCH`]) and hands it to the handler as one batch, which the
-//! filesystem turns into one engine `multi_get` (one io_uring submission); replies go
-//! out from the pool thread.
+//! queued (up to [`MAX_BATCH`]) and hands it to the work function as one batch, which
+//! the filesystem turns into one engine `multi_get` (one io_uring submission).
+//!
+//! A batch stops counting as in flight when its work is done, before its results are
+//! delivered (the replies to the kernel): a reply wakes the reader, whose next read
+//! must find nothing in flight to be served inline.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-/// Most reads handed to the handler at once.
+/// Most reads handed to the work function at once.
 pub const MAX_BATCH: usize = 64;
 
-/// A fixed set of threads feeding queued jobs to a batch handler.
-pub struct ReadPool<J: Send + 'static> {
+/// What the pool runs: `work` turns a batch of jobs into results, `deliver` hands each
+/// result on (after the batch stopped counting as in flight).
+struct Stages<J, D> {
+    work: Box<dyn Fn(Vec<J>) -> Vec<D> + Send + Sync>,
+    deliver: Box<dyn Fn(D) + Send + Sync>,
+    in_flight: AtomicUsize,
+}
+
+impl<J, D> Stages<J, D> {
+    fn handle(&self, batch: Vec<J>) {
+        let len = batch.len();
+        let done = (self.work)(batch);
+        self.in_flight.fetch_sub(len, Ordering::AcqRel);
+        for d in done {
+            (self.deliver)(d);
+        }
+    }
+}
+
+/// A fixed set of threads feeding queued jobs to a batch work function.
+pub struct ReadPool<J: Send + 'static, D: 'static> {
     tx: Mutex<Option<Sender<J>>>,
-    in_flight: Arc<AtomicUsize>,
-    handler: Arc<dyn Fn(Vec<J>) + Send + Sync>,
+    stages: Arc<Stages<J, D>>,
     threads: Vec<JoinHandle<()>>,
 }
 
-impl<J: Send + 'static> ReadPool<J> {
-    /// Starts `threads` pool threads (at least one) serving batches with `handler`.
-    pub fn new(threads: usize, handler: impl Fn(Vec<J>) + Send + Sync + 'static) -> Self {
+impl<J: Send + 'static, D: 'static> ReadPool<J, D> {
+    /// Starts `threads` pool threads (at least one) serving batches with `work` and
+    /// handing each of its results to `deliver`.
+    pub fn new(
+        threads: usize,
+        work: impl Fn(Vec<J>) -> Vec<D> + Send + Sync + 'static,
+        deliver: impl Fn(D) + Send + Sync + 'static,
+    ) -> Self {
         let (tx, rx) = channel::<J>();
         let rx = Arc::new(Mutex::new(rx));
-        let in_flight = Arc::new(AtomicUsize::new(0));
-        let handler: Arc<dyn Fn(Vec<J>) + Send + Sync> = Arc::new(handler);
+        let stages = Arc::new(Stages {
+            work: Box::new(work),
+            deliver: Box::new(deliver),
+            in_flight: AtomicUsize::new(0),
+        });
         let threads = (0..threads.max(1))
             .map(|i| {
-                let (rx, handler, in_flight) = (
-                    Arc::clone(&rx),
-                    Arc::clone(&handler),
-                    Arc::clone(&in_flight),
-                );
+                let (rx, stages) = (Arc::clone(&rx), Arc::clone(&stages));
                 std::thread::Builder::new()
                     .name(format!("basalt-read-{i}"))
-                    .spawn(move || serve(&rx, &*handler, &in_flight))
+                    .spawn(move || serve(&rx, &stages))
                     .expect("spawn a reader thread")
             })
             .collect();
         ReadPool {
             tx: Mutex::new(Some(tx)),
-            in_flight,
-            handler,
+            stages,
             threads,
         }
     }
 
     /// Handles `job` here when no other job is in flight, else queues it.
     pub fn run(&self, job: J) {
-        if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
-            (self.handler)(vec![job]);
-            self.in_flight.fetch_sub(1, Ordering::AcqRel);
-            return;
+        if self.stages.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
+            return self.stages.handle(vec![job]);
         }
         let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         let rejected = match tx.as_ref() {
@@ -67,19 +89,18 @@ impl<J: Send + 'static> ReadPool<J> {
         };
         drop(tx);
         if let Some(job) = rejected {
-            (self.handler)(vec![job]);
-            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            self.stages.handle(vec![job]);
         }
     }
 
-    /// Jobs being handled or queued right now.
+    /// Jobs being worked on or queued right now.
     #[cfg(test)]
     pub fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Acquire)
+        self.stages.in_flight.load(Ordering::Acquire)
     }
 }
 
-fn serve<J>(rx: &Mutex<Receiver<J>>, handler: &(dyn Fn(Vec<J>) + Send + Sync), n: &AtomicUsize) {
+fn serve<J, D>(rx: &Mutex<Receiver<J>>, stages: &Stages<J, D>) {
     loop {
         let batch = {
             let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
@@ -93,13 +114,11 @@ fn serve<J>(rx: &Mutex<Receiver<J>>, handler: &(dyn Fn(Vec<J>) + Send + Sync), n
             }
             batch
         };
-        let len = batch.len();
-        handler(batch);
-        n.fetch_sub(len, Ordering::AcqRel);
+        stages.handle(batch);
     }
 }
 
-impl<J: Send + 'static> Drop for ReadPool<J> {
+impl<J: Send + 'static, D: 'static> Drop for ReadPool<J, D> {
     /// Lets queued jobs finish, then stops the threads.
     fn drop(&mut self) {
         self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -119,16 +138,25 @@ mod tests {
     /// Each job reports (its number, the handling thread, the batch size it came in).
     type Seen = (u32, ThreadId, usize);
 
-    fn reporting_pool(threads: usize, tx: SyncSender<Seen>) -> ReadPool<(u32, Arc<Barrier>)> {
+    type Job = (u32, Arc<Barrier>);
+
+    fn reporting_pool(threads: usize, tx: SyncSender<Seen>) -> ReadPool<Job, Seen> {
         let tx = Mutex::new(tx);
-        ReadPool::new(threads, move |batch: Vec<(u32, Arc<Barrier>)>| {
-            let len = batch.len();
-            for (n, gate) in batch {
-                gate.wait();
+        ReadPool::new(
+            threads,
+            |batch: Vec<Job>| {
+                let len = batch.len();
                 let me = std::thread::current().id();
-                tx.lock().unwrap().send((n, me, len)).unwrap();
-            }
-        })
+                batch
+                    .into_iter()
+                    .map(|(n, gate)| {
+                        gate.wait();
+                        (n, me, len)
+                    })
+                    .collect()
+            },
+            move |seen| tx.lock().unwrap().send(seen).unwrap(),
+        )
     }
 
     #[test]
@@ -138,6 +166,35 @@ mod tests {
         pool.run((7, Arc::new(Barrier::new(1))));
         assert_eq!(rx.recv().unwrap(), (7, std::thread::current().id(), 1));
         assert_eq!(pool.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_read_stops_counting_as_in_flight_before_its_reply_goes_out() {
+        // `deliver` stands for the reply: it holds until the test has looked.
+        let (reached, release) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
+        let pool = Arc::new({
+            let (reached, release) = (Arc::clone(&reached), Arc::clone(&release));
+            ReadPool::new(
+                1,
+                |batch: Vec<u32>| batch,
+                move |_: u32| {
+                    reached.wait();
+                    release.wait();
+                },
+            )
+        });
+        let caller = {
+            let pool = Arc::clone(&pool);
+            std::thread::spawn(move || pool.run(1))
+        };
+        reached.wait();
+        assert_eq!(
+            pool.in_flight(),
+            0,
+            "in flight while its reply is being sent"
+        );
+        release.wait();
+        caller.join().unwrap();
     }
 
     #[test]

@@ -64,7 +64,7 @@ pub struct Shared {
     /// Set once the session ended (unmounted from inside or outside).
     pub done: Arc<Done>,
     /// Engine reads in flight off the FUSE workers.
-    reads: ReadPool<(ReadPlan, ReplyData), (Result<Vec<u8>, Errno>, ReplyData)>,
+    reads: ReadPool<(ReadPlan, ReplyData), ReadDone>,
     /// FUSE requests received, by operation.
     pub requests: Requests,
     /// The kernel granted `FUSE_HANDLE_KILLPRIV_V2`: this filesystem clears set-ID bits
@@ -794,6 +794,9 @@ impl BasaltFs {
         st.flush_node(ino)
     }
 }
+
+/// A read's bytes (or error) and where they go.
+type ReadDone = (Result<Vec<u8>, Errno>, ReplyData);
 
 fn send_read(r: Result<Vec<u8>, Errno>, reply: ReplyData) {
     match r {

@@ -17,6 +17,7 @@ use crate::options::{Durability, IoBackend, Options};
 use crate::record::{CollId, Kind, RecordIter, RecordRef, Seqno};
 use crate::segment::{
     check_header, parse_segment_name, read_footer, scan_blocks, segment_path, SegId, DATA_START,
+    SEG_VERSION,
 };
 use crate::segments::{DataCache, HeadCache, Segment, SegmentCaches, SegmentMap};
 use crate::stats::StatCounters;
@@ -373,6 +374,8 @@ impl Db {
         // Segments: sealed ones from their footers; the last may be an unsealed tail.
         let mut segments: BTreeMap<SegId, Arc<Segment>> = BTreeMap::new();
         let mut tail_end = None;
+        // Format version of the last segment's header.
+        let mut tail_version = SEG_VERSION;
         let mut next_seqno = ckpt.last_seqno + 1;
         let mut catalog = ckpt.catalog.clone();
         let mut mem_id = 1;
@@ -397,7 +400,7 @@ impl Db {
                 }
                 return Err(Error::corruption(&path, 0, "segment header missing"));
             }
-            check_header(&hdr, id, &path)?;
+            tail_version = check_header(&hdr, id, &path)?;
             let footer = read_footer(&file)?;
             let is_last = i + 1 == live_segs.len();
             if footer.is_none() && !is_last {
@@ -580,7 +583,7 @@ impl Db {
         };
         let writer_end = tail_end.unwrap_or(writer_seg.written_end.load(Ordering::SeqCst));
         let writer_next_seg = segments.keys().next_back().map_or(1, |id| id + 1);
-        let writer = LogWriter::resume(
+        let mut writer = LogWriter::resume(
             writer_seg,
             writer_end,
             next_seqno,
@@ -591,6 +594,11 @@ impl Db {
             caches,
             &opts,
         )?;
+        if tail_version < SEG_VERSION && !read_only {
+            // Blocks of this version go only into segments whose header says so (an
+            // older build then refuses them instead of misreading them).
+            writer.upgrade_format()?;
+        }
 
         let inner = Arc::new(Inner {
             dir: dir.to_path_buf(),

@@ -45,6 +45,9 @@ pub struct LogWriter {
     batch_in_open: usize,
     in_batch: bool,
     scratch: Vec<u8>,
+    /// The tail segment has an older format version: roll to a new one before the next
+    /// write ([`Self::upgrade_format`]).
+    roll_before_write: bool,
     /// Where a paged block is laid out; trades places with `scratch`.
     paged_scratch: Vec<u8>,
     pub next_seqno: Seqno,
@@ -135,6 +138,7 @@ impl LogWriter {
             batch_in_open: 0,
             in_batch: false,
             scratch: Vec::new(),
+            roll_before_write: false,
             paged_scratch: Vec::new(),
             next_seqno,
             tail_reloc_run: Some(u64::MAX),
@@ -174,7 +178,8 @@ impl LogWriter {
             && self.tail_reloc_run.is_some()
             && gc_run != self.tail_reloc_run
             && self.end() > DATA_START;
-        if !self.seg.sealed.load(Ordering::SeqCst) && !full && !other_run {
+        if !self.seg.sealed.load(Ordering::SeqCst) && !full && !other_run && !self.roll_before_write
+        {
             if gc_run.is_some() {
                 self.tail_reloc_run = gc_run;
             }
@@ -193,11 +198,26 @@ impl LogWriter {
             size,
         )?;
         self.next_seg_id += 1;
+        self.roll_before_write = false;
         self.seg = seg.clone();
         self.tail_reloc_run = gc_run;
         self.buf_start = DATA_START;
         self.buf_len = 0;
         Ok(Some(seg))
+    }
+
+    /// Makes the tail segment, written by an older format version, take no blocks of
+    /// this one: an empty tail gets this version's header (a single-sector write); a
+    /// tail holding data is sealed and a new segment started before the next write.
+    pub fn upgrade_format(&mut self) -> Result<()> {
+        if self.end() == DATA_START {
+            self.seg
+                .file
+                .write_aligned(&crate::segment::encode_header(self.seg.id), 0)?;
+            return self.seg.file.sync_data();
+        }
+        self.roll_before_write = true;
+        Ok(())
     }
 
     /// Starts a write batch.

@@ -67,8 +67,8 @@ pub fn encode_header(id: SegId) -> AlignedBuf {
     page
 }
 
-/// Checks a header page: magic, checksum, version and id.
-pub fn check_header(page: &[u8], id: SegId, path: &Path) -> Result<()> {
+/// Checks a header page: magic, checksum, version and id; returns the version.
+pub fn check_header(page: &[u8], id: SegId, path: &Path) -> Result<u32> {
     if page.len() < 20 || &page[0..8] != SEG_MAGIC {
         return Err(Error::corruption(path, 0, "not a segment file (bad magic)"));
     }
@@ -96,7 +96,7 @@ pub fn check_header(page: &[u8], id: SegId, path: &Path) -> Result<()> {
             format!("header names segment {got}, file name says {id}"),
         ));
     }
-    Ok(())
+    Ok(version)
 }
 
 /// Encodes the footer for blocks ending at `data_end`; returns page-aligned bytes

@@ -8,13 +8,7 @@ use basalt_engine::{Db, Error, IoBackend};
 use std::ops::Range;
 
 mod common;
-use common::{read_test_options as opts, Rng};
-
-/// Incompressible bytes.
-fn noise(n: usize, seed: u64) -> Vec<u8> {
-    let mut r = Rng(seed * 2 + 1);
-    (0..n).map(|_| r.next() as u8).collect()
-}
+use common::{noise, read_test_options as opts, Rng};
 
 /// Value `k` of `round`: sizes from a few bytes to 300 KiB, incompressible or text.
 fn value(k: u64, round: u64) -> Vec<u8> {

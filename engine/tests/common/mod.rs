@@ -27,3 +27,10 @@ impl Rng {
         self.0
     }
 }
+
+/// `n` incompressible bytes, the same for the same `seed`.
+#[allow(dead_code)] // not every test file needs them
+pub fn noise(n: usize, seed: u64) -> Vec<u8> {
+    let mut r = Rng(seed * 2 + 1);
+    (0..n).map(|_| r.next() as u8).collect()
+}

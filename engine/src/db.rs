@@ -374,7 +374,7 @@ impl Db {
         // Segments: sealed ones from their footers; the last may be an unsealed tail.
         let mut segments: BTreeMap<SegId, Arc<Segment>> = BTreeMap::new();
         let mut tail_end = None;
-        // Format version of the last segment's header.
+        // Format version of the writer's segment's header.
         let mut tail_version = SEG_VERSION;
         let mut next_seqno = ckpt.last_seqno + 1;
         let mut catalog = ckpt.catalog.clone();
@@ -578,6 +578,7 @@ impl Db {
                 )?;
                 segments.insert(s.id, s.clone());
                 tail_end = Some(DATA_START);
+                tail_version = SEG_VERSION;
                 s
             }
         };

@@ -3,9 +3,10 @@
 //! page checksums; any other value is read whole (as `multi_get` does) and cut.
 //!
 //! A part costs one device read of the pages that hold it once the block's head is
-//! cached (two when it reaches into a rotated value's tail from before it); the first part read from a block reads the head first (one more read of
-//! the block's first page or two), unless the part is at least half the value: then
-//! the whole block is read at once. All reads of a step go to the device at once.
+//! cached (two when it reaches into a rotated value's tail from before it); the first
+//! part read from a block reads the head first (one more read of the block's first
+//! page or two), unless the part is at least half the value: then the whole block is
+//! read at once. All reads of a step go to the device at once.
 
 use crate::db::Inner;
 use crate::entry::IndexEntry;

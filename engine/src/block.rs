@@ -390,27 +390,60 @@ pub fn verify(bytes: &[u8], off: u64) -> std::result::Result<BlockHeader, String
     let Some(block) = bytes.get(..end) else {
         return Err("block extends past the data read".into());
     };
-    if crc32c::crc32c(&block[8..checked_end(block)]) != h.crc {
-        return Err("block checksum mismatch".into());
-    }
+    check_header_crc(block, &h)?;
     if h.is_paged() {
-        let mut used = 0;
-        for (i, span) in page_spans(off, h.payload_start(), end).enumerate() {
-            if i >= h.pages as usize
-                || crc32c::crc32c(&block[span.clone()]) != table_entry(block, i)
-            {
-                return Err(format!(
-                    "page checksum mismatch at block offset {}",
-                    span.start
-                ));
-            }
-            used = i + 1;
-        }
+        let used = check_pages(block, off, &h, end)?;
         if (used..h.pages as usize).any(|i| table_entry(block, i) != 0) {
             return Err("page checksum table has entries past the payload".into());
         }
     }
     Ok(h)
+}
+
+/// Checks the header checksum of the block `h` was parsed from (`block` starts at its
+/// header and holds at least the bytes the checksum covers: for a paged block the
+/// header and page checksum table, else the whole block).
+pub fn check_header_crc(block: &[u8], h: &BlockHeader) -> std::result::Result<(), String> {
+    let end = if h.is_paged() {
+        h.payload_start()
+    } else {
+        h.disk_len()
+    };
+    let covered = block
+        .get(8..end)
+        .ok_or("block extends past the data read")?;
+    if crc32c::crc32c(covered) != h.crc {
+        return Err("block checksum mismatch".into());
+    }
+    Ok(())
+}
+
+/// Checks the page checksums of the paged block `h` was parsed from, at file offset
+/// `off` (`block` starts at its header), for the payload pages that start before block
+/// offset `upto`; returns how many pages were checked.
+pub fn check_pages(
+    block: &[u8],
+    off: u64,
+    h: &BlockHeader,
+    upto: usize,
+) -> std::result::Result<usize, String> {
+    let mut used = 0;
+    for (i, span) in page_spans(off, h.payload_start(), h.disk_len()).enumerate() {
+        if span.start >= upto {
+            break;
+        }
+        let bytes = block
+            .get(span.clone())
+            .ok_or("block extends past the data read")?;
+        if i >= h.pages as usize || crc32c::crc32c(bytes) != table_entry(block, i) {
+            return Err(format!(
+                "page checksum mismatch at block offset {}",
+                span.start
+            ));
+        }
+        used = i + 1;
+    }
+    Ok(used)
 }
 
 /// The record of a rotated paged block's `payload` (at file offset `at`) with its value

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::io::{sync_dir, DataFile, IoCounters, IoMode};
 use crate::options::Compression;
 use crate::record::{RecordRef, Seqno};
-use crate::segment::{encode_footer, encode_header, segment_path, BlockInfo, SegId, DATA_START};
+use crate::segment::{encode_footer, segment_path, write_header, BlockInfo, SegId, DATA_START};
 use crate::segments::{Segment, SegmentCaches};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -81,10 +81,9 @@ pub fn create_segment(
 ) -> Result<Arc<Segment>> {
     let path = segment_path(dir, id);
     let file = DataFile::open(&path, mode, true, counters)?;
-    let res = file.preallocate(size + segment_slack(size)).and_then(|_| {
-        file.write_aligned(&encode_header(id), 0)?;
-        file.sync_data()
-    });
+    let res = file
+        .preallocate(size + segment_slack(size))
+        .and_then(|_| write_header(&file, id));
     if let Err(e) = res {
         drop(file);
         let _ = std::fs::remove_file(&path);
@@ -211,10 +210,7 @@ impl LogWriter {
     /// tail holding data is sealed and a new segment started before the next write.
     pub fn upgrade_format(&mut self) -> Result<()> {
         if self.end() == DATA_START {
-            self.seg
-                .file
-                .write_aligned(&crate::segment::encode_header(self.seg.id), 0)?;
-            return self.seg.file.sync_data();
+            return write_header(&self.seg.file, self.seg.id);
         }
         self.roll_before_write = true;
         Ok(())

@@ -104,11 +104,8 @@ impl PagedHead {
         if !h.is_paged() {
             return Err("block is not paged".into());
         }
+        block::check_header_crc(b, &h)?;
         let table_end = h.payload_start();
-        let table_bytes = b.get(8..table_end).ok_or("head read is short")?;
-        if crc32c::crc32c(table_bytes) != h.crc {
-            return Err("block checksum mismatch".into());
-        }
         let table: Box<[u32]> = (0..h.pages as usize)
             .map(|i| block::table_entry(b, i))
             .collect();
@@ -127,28 +124,16 @@ impl PagedHead {
         } else {
             0
         };
-        let head = PagedHead {
+        // The pages holding the record's header and key.
+        block::check_pages(b, off, &h, value_at)?;
+        Ok(PagedHead {
             off,
             payload_start: off + table_end as u64,
             value_start,
             value_len: rh.value_len,
             tail,
             table,
-        };
-        // The pages holding the record's header and key.
-        for (i, span) in block::page_spans(off, table_end, h.disk_len()).enumerate() {
-            if span.start >= value_at {
-                break;
-            }
-            let bytes = b.get(span.clone()).ok_or("head read is short")?;
-            if crc32c::crc32c(bytes) != head.table[i] {
-                return Err(format!(
-                    "page checksum mismatch at block offset {}",
-                    span.start
-                ));
-            }
-        }
-        Ok(head)
+        })
     }
 
     /// Length of the value.

@@ -135,8 +135,8 @@ pub fn decode_head<'a>(r: &mut Reader<'a>) -> Option<RecordHead<'a>> {
 
 /// Value length of a record with these fields whose encoding is `rec_size` bytes.
 pub fn value_len(coll: CollId, seqno: Seqno, klen: usize, rec_size: usize) -> Option<usize> {
+    let fixed = 1 + varint_len(coll as u64) + varint_len(seqno) + varint_len(klen as u64);
     (1..=10).find_map(|vb| {
-        let fixed = 1 + varint_len(coll as u64) + varint_len(seqno) + varint_len(klen as u64);
         let vlen = rec_size.checked_sub(fixed + vb + klen)?;
         (varint_len(vlen as u64) == vb).then_some(vlen)
     })

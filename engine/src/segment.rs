@@ -67,6 +67,12 @@ pub fn encode_header(id: SegId) -> AlignedBuf {
     page
 }
 
+/// Writes segment `id`'s header page (this build's version) to `file` and syncs it.
+pub fn write_header(file: &crate::io::DataFile, id: SegId) -> Result<()> {
+    file.write_aligned(&encode_header(id), 0)?;
+    file.sync_data()
+}
+
 /// Checks a header page: magic, checksum, version and id; returns the version.
 pub fn check_header(page: &[u8], id: SegId, path: &Path) -> Result<u32> {
     if page.len() < 20 || &page[0..8] != SEG_MAGIC {

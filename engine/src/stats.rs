@@ -103,7 +103,8 @@ pub struct Stats {
     pub head_cache_hits: u64,
     pub head_cache_misses: u64,
     /// Memory accounted against the budget: caches (with the block cache's admission
-    /// filter, and the head cache), memtables, bloom filters and block indexes of runs, garbage map.
+    /// filter, and the head cache), memtables, bloom filters and block indexes of
+    /// runs, garbage map.
     pub memory_bytes: u64,
     pub memory_budget: u64,
     /// Device reads per get (reads of log blocks, not cache hits).

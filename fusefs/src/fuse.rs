@@ -147,10 +147,6 @@ impl Shared {
         db.flush()
             .map_err(|e| crate::state::engine_err("*", b"(flush)", &e))
     }
-
-    pub fn mark_done(&self) {
-        self.done.mark();
-    }
 }
 
 /// Set once a session ended (unmounted from inside or outside); shared by a
@@ -848,7 +844,7 @@ impl Filesystem for BasaltFs {
         if let Err(e) = self.shared.flush_and_sync() {
             eprintln!("basalt-fusefs: flush at unmount failed: errno {}", e.0);
         }
-        self.shared.mark_done();
+        self.shared.done.mark();
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {

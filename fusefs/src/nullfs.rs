@@ -23,6 +23,7 @@ use crate::fuse::{
     fopen_flags, negotiate, reply_listing, to_time, xattr_reply, Done, FsOptions, BLKSIZE,
 };
 use crate::requests::{Op, Requests};
+use crate::state::killed_perm;
 
 const ROOT: u64 = 1;
 /// Files larger than this are refused (EFBIG): the data lives in memory.
@@ -34,6 +35,15 @@ struct Inode {
     children: BTreeMap<OsString, u64>,
     parent: u64,
     lookups: u64,
+}
+
+impl Inode {
+    /// Makes the file `len` bytes long (zeros past the old end).
+    fn set_len(&mut self, len: u64) {
+        self.data.resize(len as usize, 0);
+        self.attr.size = len;
+        self.attr.blocks = len.div_ceil(512);
+    }
 }
 
 struct Tree {
@@ -85,7 +95,7 @@ pub struct NullFs {
     pub done: Arc<Done>,
 }
 
-fn new_attr(ino: u64, kind: FileType, perm: u16, req: &Request) -> FileAttr {
+fn new_attr(ino: u64, kind: FileType, perm: u16, (uid, gid): (u32, u32)) -> FileAttr {
     let now = SystemTime::now();
     FileAttr {
         ino: INodeNo(ino),
@@ -98,8 +108,8 @@ fn new_attr(ino: u64, kind: FileType, perm: u16, req: &Request) -> FileAttr {
         kind,
         perm,
         nlink: if kind == FileType::Directory { 2 } else { 1 },
-        uid: req.uid(),
-        gid: req.gid(),
+        uid,
+        gid,
         rdev: 0,
         blksize: BLKSIZE,
         flags: 0,
@@ -118,25 +128,8 @@ macro_rules! answer {
 
 impl NullFs {
     pub fn new(opts: FsOptions) -> NullFs {
-        let now = SystemTime::now();
         let root = Inode {
-            attr: FileAttr {
-                ino: INodeNo(ROOT),
-                size: 0,
-                blocks: 0,
-                atime: now,
-                mtime: now,
-                ctime: now,
-                crtime: now,
-                kind: FileType::Directory,
-                perm: 0o755,
-                nlink: 2,
-                uid: 0,
-                gid: 0,
-                rdev: 0,
-                blksize: BLKSIZE,
-                flags: 0,
-            },
+            attr: new_attr(ROOT, FileType::Directory, 0o755, (0, 0)),
             data: Vec::new(),
             children: BTreeMap::new(),
             parent: ROOT,
@@ -179,7 +172,7 @@ impl NullFs {
         }
         let ino = t.next_ino;
         t.next_ino += 1;
-        let attr = new_attr(ino, kind, (perm & 0o7777) as u16, req);
+        let attr = new_attr(ino, kind, (perm & 0o7777) as u16, (req.uid(), req.gid()));
         let node = Inode {
             attr,
             data: Vec::new(),
@@ -301,9 +294,7 @@ impl Filesystem for NullFs {
                 if s > MAX_SIZE {
                     return Err(Errno::EFBIG);
                 }
-                n.data.resize(s as usize, 0);
-                n.attr.size = s;
-                n.attr.blocks = s.div_ceil(512);
+                n.set_len(s);
                 n.attr.mtime = SystemTime::now();
             }
             if let Some(m) = mode {
@@ -403,23 +394,17 @@ impl Filesystem for NullFs {
                 .ok_or(Errno::EFBIG)?;
             let mut t = self.tree();
             let n = t.node(ino.0)?;
-            if n.data.len() < end as usize {
-                n.data.resize(end as usize, 0);
+            if n.attr.size < end {
+                n.set_len(end);
             }
             n.data[offset as usize..end as usize].copy_from_slice(data);
-            n.attr.size = n.data.len() as u64;
-            n.attr.blocks = n.attr.size.div_ceil(512);
             let now = SystemTime::now();
             n.attr.mtime = now;
             n.attr.ctime = now;
             if self.killpriv.load(Ordering::Relaxed)
                 && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
             {
-                let mut clear = libc::S_ISUID as u16;
-                if n.attr.perm & libc::S_IXGRP as u16 != 0 {
-                    clear |= libc::S_ISGID as u16;
-                }
-                n.attr.perm &= !clear;
+                n.attr.perm = killed_perm(n.attr.perm, false);
             }
             Ok(data.len() as u32)
         })();

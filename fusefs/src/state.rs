@@ -81,6 +81,20 @@ pub struct Node {
     pub no_chunks: bool,
 }
 
+/// Mode bits `perm` after a write, truncate or chown took its privileges: without
+/// set-user-ID, and without set-group-ID when group execute is set (or when
+/// `sgid_anyway`; set-group-ID without group execute marks mandatory locking).
+pub fn killed_perm(perm: u16, sgid_anyway: bool) -> u16 {
+    const SUID: u16 = libc::S_ISUID as u16;
+    const SGID: u16 = libc::S_ISGID as u16;
+    const XGRP: u16 = libc::S_IXGRP as u16;
+    let mut out = perm & !SUID;
+    if perm & XGRP != 0 || sgid_anyway {
+        out &= !SGID;
+    }
+    out
+}
+
 impl Node {
     pub fn new(ino: u64, coll: u32, fid: u64, kind: Kind, perm: u16, now: SystemTime) -> Node {
         Node {
@@ -168,13 +182,7 @@ impl Node {
     /// the `security.capability` attribute. Sets ctime and marks the record dirty when
     /// something changed; returns whether it did.
     pub fn kill_priv(&mut self, sgid_anyway: bool) -> bool {
-        const SUID: u16 = libc::S_ISUID as u16;
-        const SGID: u16 = libc::S_ISGID as u16;
-        const XGRP: u16 = libc::S_IXGRP as u16;
-        let mut perm = self.perm & !SUID;
-        if self.perm & XGRP != 0 || sgid_anyway {
-            perm &= !SGID;
-        }
+        let perm = killed_perm(self.perm, sgid_anyway);
         let cap = self.xattrs.remove(&b"security.capability"[..]).is_some();
         if perm == self.perm && !cap {
             return false;

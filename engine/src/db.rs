@@ -506,8 +506,10 @@ impl Db {
                                 format!("sealed segment damaged: {reason}"),
                             ));
                         }
+                        // Intact blocks of an unfinished batch (before `stopped_at`)
+                        // are part of the torn tail, not damage before it.
                         if let Some(at) =
-                            crate::recovery::valid_block_after(&file, scan.committed_end)?
+                            crate::recovery::valid_block_after(&file, scan.stopped_at)?
                         {
                             return Err(Error::corruption(
                                 &path,

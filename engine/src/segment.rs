@@ -208,6 +208,9 @@ pub struct ScanEnd {
     pub blocks: Vec<BlockInfo>,
     /// Why the scan stopped (`None`: clean end of data).
     pub stop_reason: Option<String>,
+    /// Where the scan stopped: after the last intact block. Intact blocks between
+    /// `committed_end` and here belong to a batch whose end never reached the file.
+    pub stopped_at: u64,
 }
 
 /// Scans blocks from `start`, calling `f` for each valid block (offset, header, raw
@@ -315,6 +318,7 @@ pub fn scan_blocks(
         committed_end,
         blocks,
         stop_reason,
+        stopped_at: off,
     })
 }
 

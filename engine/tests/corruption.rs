@@ -194,6 +194,60 @@ fn torn_final_block_is_discarded_and_earlier_synced_writes_survive() {
 }
 
 #[test]
+fn a_torn_last_block_of_a_batch_discards_the_batch_and_its_intact_blocks_before_it() {
+    // A batch larger than the write buffer reaches the file in pieces: a crash can
+    // leave its first blocks intact and its last one torn. Those intact blocks are not
+    // damage in the middle of the log; the batch was never acknowledged.
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Db::open(
+            dir.path(),
+            Options {
+                durability: Durability::SyncEveryWrite,
+                compression: basalt_engine::Compression::None,
+                ..opts()
+            },
+        )
+        .unwrap();
+        let c = db.create_collection("c").unwrap();
+        for i in 0..20u32 {
+            c.put(&i.to_be_bytes(), &[i as u8; 300]).unwrap();
+        }
+        // 2 KiB blocks: this batch is about four blocks chained by their flags.
+        let mut b = basalt_engine::WriteBatch::new();
+        for i in 100..120u32 {
+            b.put("c", &i.to_be_bytes(), &[7; 300]);
+        }
+        db.write(&b).unwrap();
+    }
+    let tail = tail_segment(dir.path());
+    let mut b = std::fs::read(&tail).unwrap();
+    let end = b.iter().rposition(|&x| x != 0).unwrap() + 1;
+    for x in &mut b[end - 150..end] {
+        *x = 0;
+    }
+    std::fs::write(&tail, &b).unwrap();
+    let db = Db::open(dir.path(), opts()).expect("a torn batch is a torn tail");
+    let c = db.collection("c").unwrap();
+    for i in 0..20u32 {
+        assert_eq!(
+            c.get(&i.to_be_bytes()).unwrap().unwrap(),
+            vec![i as u8; 300]
+        );
+    }
+    for i in 100..120u32 {
+        assert_eq!(
+            c.get(&i.to_be_bytes()).unwrap(),
+            None,
+            "batch key {i} half-appeared"
+        );
+    }
+    drop(c);
+    drop(db);
+    assert!(basalt_engine::check(dir.path()).unwrap().is_ok());
+}
+
+#[test]
 fn damage_in_the_middle_of_the_tail_is_refused_not_truncated() {
     let dir = tempfile::tempdir().unwrap();
     {

@@ -3,7 +3,9 @@
 //! The parent `kill -9`s it at random moments, reopens, and checks that every
 //! acknowledged batch is there, the batch in flight is all-or-nothing, no deleted
 //! key came back, and `check` passes. Values are 50-750 bytes, one in 40 over 16 KiB
-//! (a paged block).
+//! (a paged block). One batch in 25 is larger than the writer's 1 MiB buffer, so it
+//! reaches the file in pieces and a kill can leave some of its blocks written and the
+//! rest not (recovery must discard all of them).
 //!
 //! Cycles: 300 by default, `BASALT_CRASH_CYCLES` to change (e.g. under `make bench`).
 
@@ -15,6 +17,23 @@ use std::time::{Duration, Instant};
 
 const COLLS: [&str; 2] = ["x", "y"];
 const KEYS: u64 = 300;
+/// Key space of the large batches (a superset of the small batches' keys).
+const BIG_KEYS: u64 = 2000;
+/// Large batches write at least this much (more than the writer's 1 MiB buffer).
+const BIG_BATCH_MIN_BYTES: usize = (1 << 20) + (64 << 10);
+
+/// One batch in this many is large.
+const BIG_EVERY: u64 = 25;
+
+/// The random source of batch `id`'s contents.
+fn batch_rng(id: u64) -> Rng {
+    Rng(id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+}
+
+/// Whether batch `id` is one of the large ones (its first draw decides).
+fn is_big(id: u64) -> bool {
+    batch_rng(id).next().is_multiple_of(BIG_EVERY)
+}
 
 fn backend() -> IoBackend {
     match std::env::var("BASALT_CRASH_BACKEND").as_deref() {
@@ -41,13 +60,22 @@ use common::Rng;
 
 /// The operations of batch `id` (deterministic): (collection, key, Some(value) | None).
 fn batch_ops(id: u64) -> Vec<(usize, Vec<u8>, Option<Vec<u8>>)> {
-    let mut r = Rng(id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let n = 1 + r.next() % 12;
+    let mut r = batch_rng(id);
+    let big = r.next().is_multiple_of(BIG_EVERY);
+    let (n, keys) = if big {
+        (u64::MAX, BIG_KEYS)
+    } else {
+        (1 + r.next() % 12, KEYS)
+    };
     let mut seen = std::collections::HashSet::new();
     let mut ops = Vec::new();
+    let mut bytes = 0;
     for _ in 0..n {
+        if big && bytes >= BIG_BATCH_MIN_BYTES {
+            break;
+        }
         let c = (r.next() % 2) as usize;
-        let k = r.next() % KEYS;
+        let k = r.next() % keys;
         if !seen.insert((c, k)) {
             continue;
         }
@@ -58,9 +86,12 @@ fn batch_ops(id: u64) -> Vec<(usize, Vec<u8>, Option<Vec<u8>>)> {
             // One value in 40 is large enough for a paged block (page checksums).
             let len = if r.next().is_multiple_of(40) {
                 16_500 + (r.next() % 4000) as usize
+            } else if big {
+                1500 + (r.next() % 3000) as usize
             } else {
                 50 + (r.next() % 700) as usize
             };
+            bytes += len;
             let mut v = format!("b{id}:").into_bytes();
             while v.len() < len {
                 v.push(b'a' + (r.next() % 26) as u8);
@@ -186,6 +217,7 @@ fn crash_cycles(backend_name: &str) {
     let mut next_batch = 1u64;
     let mut rng = Rng(0xC0FFEE ^ std::process::id() as u64);
     let (mut in_flight_applied, mut in_flight_lost, mut total_acked) = (0, 0, 0);
+    let (mut big_acked, mut big_in_flight) = (0, 0);
     let child_log = dir.path().join("child-stderr.log");
     for cycle in 0..cycles {
         let mut child = Command::new(&exe)
@@ -243,7 +275,9 @@ fn crash_cycles(backend_name: &str) {
             apply(&mut model, id);
         }
         total_acked += acked.len();
+        big_acked += acked.iter().filter(|&&id| is_big(id)).count();
         let in_flight = begun.iter().copied().find(|b| !acked.contains(b));
+        big_in_flight += usize::from(in_flight.is_some_and(is_big));
         let reopen_opts = Options {
             background_gc: false,
             io_backend: if backend_name == "psync" {
@@ -285,8 +319,13 @@ fn crash_cycles(backend_name: &str) {
     }
     println!(
         "crash harness ({backend_name}): {cycles} kill -9 cycles, {total_acked} acknowledged batches all present; \
-         in-flight batch applied {in_flight_applied}x, absent {in_flight_lost}x; {} live keys at the end",
+         in-flight batch applied {in_flight_applied}x, absent {in_flight_lost}x; {} live keys at the end; \
+         batches over 1 MiB: {big_acked} acknowledged, {big_in_flight} in flight at the kill",
         model.len()
+    );
+    assert!(
+        big_in_flight > 0,
+        "no kill landed while a batch over 1 MiB was being written"
     );
     assert!(
         total_acked > cycles as usize,

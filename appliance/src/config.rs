@@ -120,6 +120,8 @@ pub struct EngineSection {
     pub block_size_kib: BlockKib,
     pub direct_io: bool,
     pub io_backend: IoBackendSetting,
+    /// Microseconds an io_uring read polls for its completion before sleeping (0: never).
+    pub read_poll_micros: u64,
     pub background_gc: bool,
 }
 
@@ -136,6 +138,7 @@ impl Default for EngineSection {
             block_size_kib: BlockKib(d.block_size >> 10),
             direct_io: d.direct_io,
             io_backend: IoBackendSetting(d.io_backend),
+            read_poll_micros: d.read_poll_micros,
             background_gc: d.background_gc,
         }
     }
@@ -159,6 +162,7 @@ impl EngineSection {
             memory_budget: self.memory_budget_mib.0 << 20,
             direct_io: self.direct_io,
             io_backend: self.io_backend.0,
+            read_poll_micros: self.read_poll_micros,
             background_gc: self.background_gc,
             create_if_missing: true,
         }
@@ -374,7 +378,7 @@ mod tests {
     #[test]
     fn engine_options_follow_the_file() {
         let c = parse(
-            "[engine]\ncompression = \"zstd:5\"\ndurability = \"periodic\"\nsync_interval_ms = 50\nmemory_budget_mib = 64\nio_backend = \"psync\"\n",
+            "[engine]\ncompression = \"zstd:5\"\ndurability = \"periodic\"\nsync_interval_ms = 50\nmemory_budget_mib = 64\nio_backend = \"psync\"\nread_poll_micros = 0\n",
         )
         .unwrap();
         let o = c.engine.options();
@@ -382,7 +386,13 @@ mod tests {
         assert_eq!(o.durability, basalt_engine::Durability::SyncEveryMs(50));
         assert_eq!(o.memory_budget, 64 << 20);
         assert_eq!(o.io_backend, basalt_engine::IoBackend::Psync);
+        assert_eq!(o.read_poll_micros, 0);
         let e = parse("[engine]\nio_backend = \"aio\"\n").unwrap_err();
         assert!(e.0.starts_with("t.toml:2:") && e.0.contains("psync"), "{e}");
+        let e = parse("[engine]\nread_poll_micros = 20000\n").unwrap_err();
+        assert!(
+            e.0.contains("read_poll_micros 20000 must be at most"),
+            "{e}"
+        );
     }
 }

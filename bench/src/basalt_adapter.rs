@@ -6,8 +6,9 @@
 //! no snappy); `--sync=1` → sync every write, otherwise no sync until flush/close (db_bench's
 //! default writes the WAL without fsync too); `--cache_size`/`--memory_budget` → the engine's
 //! whole memory budget; either direct-IO flag → O_DIRECT; `--target_fill` → GC's target fill;
-//! `--io_backend=io_uring|psync` → the engine's read backend; `--block_size` → the log block
-//! size (engine default 16 KiB when absent).
+//! `--io_backend=io_uring|psync` → the engine's read backend; `--read_poll_micros` → how long
+//! an io_uring read polls before sleeping; `--block_size` → the log block size (engine
+//! default 16 KiB when absent).
 
 use crate::engine::{
     BatchOp, Compression, Direction, Durability, EngineError, EngineFactory, EngineOptions,
@@ -60,6 +61,9 @@ pub fn engine_options(o: &EngineOptions) -> Result<Options, EngineError> {
             IoBackend::IoUring => basalt_engine::IoBackend::IoUring,
             IoBackend::Psync => basalt_engine::IoBackend::Psync,
         };
+    }
+    if let Some(p) = o.read_poll_micros {
+        opts.read_poll_micros = p;
     }
     if let Some(b) = o.block_size {
         opts.block_size = b;

@@ -76,6 +76,8 @@ pub struct EngineOptions {
     pub direct_reads: bool,
     pub direct_writes: bool,
     pub io_backend: Option<IoBackend>,
+    /// Microseconds an io_uring read polls before sleeping, `None` = engine default.
+    pub read_poll_micros: Option<u64>,
     /// Log block size in bytes (`--block_size`), `None` = engine default.
     pub block_size: Option<usize>,
 }

@@ -45,6 +45,7 @@ const FLAG_TABLE: &[(&str, Kind)] = &[
     // Basalt-only
     ("target_fill", Kind::Value),
     ("io_backend", Kind::Value),
+    ("read_poll_micros", Kind::Value),
     ("memory_budget", Kind::Value),
     ("arrival_rate", Kind::Value),
     ("response_time_sla_us", Kind::Value),
@@ -89,6 +90,8 @@ pub struct Flags {
     pub reverse_iterator: bool,
     pub target_fill: Option<f64>,
     pub io_backend: Option<IoBackend>,
+    /// Microseconds an io_uring read polls before sleeping (`None`: engine default).
+    pub read_poll_micros: Option<u64>,
     /// Open-loop offered rate, operations per second for all threads together; 0 = closed loop.
     pub arrival_rate: f64,
     pub response_time_sla_us: u64,
@@ -128,6 +131,7 @@ impl Default for Flags {
             reverse_iterator: false,
             target_fill: None,
             io_backend: None,
+            read_poll_micros: None,
             arrival_rate: 0.0,
             response_time_sla_us: 1000,
             progress_interval_seconds: 10,
@@ -280,6 +284,7 @@ impl Flags {
                     _ => return Err(bad(name, v, "expected io_uring or psync")),
                 })
             }
+            "read_poll_micros" => self.read_poll_micros = Some(num(name, v)?),
             "arrival_rate" => self.arrival_rate = num(name, v)?,
             "response_time_sla_us" => self.response_time_sla_us = num(name, v)?,
             "progress_interval_seconds" => self.progress_interval_seconds = num(name, v)?,
@@ -355,6 +360,7 @@ impl Flags {
             direct_reads: self.use_direct_reads,
             direct_writes: self.use_direct_io_for_flush_and_compaction,
             io_backend: self.io_backend,
+            read_poll_micros: self.read_poll_micros,
             block_size: self.block_size,
         }
     }

@@ -35,6 +35,7 @@ fn opts(dir: &std::path::Path, fresh: bool) -> EngineOptions {
         direct_reads: false,
         direct_writes: false,
         io_backend: None,
+        read_poll_micros: None,
         block_size: None,
     }
 }
@@ -116,8 +117,10 @@ fn options_map_as_documented() {
     o.direct_writes = true;
     o.io_backend = Some(basalt_bench::IoBackend::Psync);
     o.block_size = Some(4096);
+    o.read_poll_micros = Some(0);
     let e = engine_options(&o).unwrap();
     assert_eq!(e.block_size, 4096);
+    assert_eq!(e.read_poll_micros, 0);
     assert_eq!(e.io_backend, basalt_engine::IoBackend::Psync);
     assert_eq!(e.durability, basalt_engine::Durability::SyncEveryWrite);
     assert_eq!(e.compression, basalt_engine::Compression::Zstd(3));

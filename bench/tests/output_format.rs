@@ -106,9 +106,11 @@ fn flag_forms_follow_gflags() {
         "--io_backend=psync",
         "--target_fill=80",
         "--block_size=4096",
+        "--read_poll_micros=50",
     ])
     .unwrap();
     assert_eq!(f.block_size, Some(4096));
+    assert_eq!(f.read_poll_micros, Some(50));
     assert_eq!((f.num, f.threads, f.value_size), (10, 3, 400));
     assert!(f.histogram && !f.use_existing_db);
     assert_eq!(f.cache_size, 1 << 20);

@@ -59,7 +59,7 @@ pub use check::{check, CheckReport};
 pub use db::{Collection, Db, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use error::{Error, Result};
 pub use io::IoMode;
-pub use options::{Compression, Durability, IoBackend, Options};
+pub use options::{Compression, Durability, IoBackend, Options, DEFAULT_READ_POLL_MICROS};
 pub use partial_read::RangeRequest;
 pub use record::{CollId, Seqno};
 pub use snapshot::{Direction, ScanIter, Snapshot};

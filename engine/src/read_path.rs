@@ -200,7 +200,10 @@ impl Inner {
         f: impl FnOnce(&mut dyn Reader<Arc<Segment>>) -> Result<R>,
     ) -> Result<R> {
         match self.io_backend {
-            IoBackend::IoUring => crate::uring::with_batch(&self.stats.queue_depth, |b| f(b)),
+            IoBackend::IoUring => {
+                let poll = std::time::Duration::from_micros(self.opts.read_poll_micros);
+                crate::uring::with_batch(&self.stats.ring, poll, |b| f(b))
+            }
             IoBackend::Psync => f(&mut SyncReader::default()),
         }
     }

@@ -27,7 +27,8 @@ pub struct StatCounters {
     /// Bytes read from the device for point reads (gets and multi-gets).
     pub get_bytes_read: AtomicU64,
     pub multi_get_batches: AtomicU64,
-    pub queue_depth: crate::uring::QueueDepthHistogram,
+    /// io_uring submissions and waits.
+    pub ring: crate::uring::RingCounters,
 }
 
 /// One segment's space accounting.
@@ -116,6 +117,12 @@ pub struct Stats {
     pub multi_get_batches: u64,
     /// Reads in flight per io_uring submission: (bucket, submissions).
     pub io_queue_depth: Vec<(&'static str, u64)>,
+    /// How long an io_uring wait polls for a completion before it sleeps (0: never).
+    pub read_poll_micros: u64,
+    /// io_uring waits that ended while polling.
+    pub read_waits_polled: u64,
+    /// io_uring waits that slept (polling off or busy on other threads, or too slow).
+    pub read_waits_slept: u64,
     /// Total writer stall: `write_stall_flush_micros + write_stall_gc_micros`.
     pub write_stall_micros: u64,
     /// Stall waiting for memtable flushes because the write cache was full.
@@ -258,7 +265,10 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
             ratio(h, h + m)
         },
         multi_get_batches: s.multi_get_batches.load(Ordering::Relaxed),
-        io_queue_depth: s.queue_depth.snapshot(),
+        io_queue_depth: s.ring.queue_depth.snapshot(),
+        read_poll_micros: inner.opts.read_poll_micros,
+        read_waits_polled: s.ring.polled_waits.load(Ordering::Relaxed),
+        read_waits_slept: s.ring.slept_waits.load(Ordering::Relaxed),
         write_stall_micros: stall_flush + stall_gc,
         write_stall_flush_micros: stall_flush,
         write_stall_gc_micros: stall_gc,

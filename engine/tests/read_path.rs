@@ -61,6 +61,54 @@ fn multi_get_equals_get_for_random_batches_on_both_backends() {
     }
 }
 
+/// Point reads that miss the cache wait for their device read on the ring by polling
+/// (the default), and with `read_poll_micros = 0` by `pread`, with no ring wait at all.
+#[test]
+fn point_reads_poll_for_their_completion_unless_polling_is_off() {
+    for poll in [basalt_engine::DEFAULT_READ_POLL_MICROS, 0] {
+        let dir = tempfile::tempdir().unwrap();
+        let o = Options {
+            read_poll_micros: poll,
+            compression: Compression::None,
+            ..opts(IoBackend::IoUring)
+        };
+        let db = Db::open(dir.path(), o).unwrap();
+        let c = db.create_collection("c").unwrap();
+        let n = 40_000u64;
+        for k in 0..n {
+            c.put(&k.to_be_bytes(), &value(k, 0)).unwrap();
+        }
+        db.flush().unwrap();
+        let before = db.stats();
+        let mut rng = Rng(9);
+        for _ in 0..3000 {
+            let k = rng.next() % n;
+            assert_eq!(c.get(&k.to_be_bytes()).unwrap(), Some(value(k, 0)));
+        }
+        let s = db.stats();
+        let reads = s.device_reads - before.device_reads;
+        let polled = s.read_waits_polled - before.read_waits_polled;
+        let slept = s.read_waits_slept - before.read_waits_slept;
+        println!(
+            "read_poll_micros {poll}: {reads} device reads, {polled} waits polled, {slept} slept"
+        );
+        assert_eq!(s.read_poll_micros, poll);
+        assert!(
+            reads > 1000,
+            "the gets should mostly miss the cache: {reads} reads"
+        );
+        if poll > 0 {
+            assert!(polled > 0, "no wait ended by polling ({slept} slept)");
+        } else {
+            assert_eq!(
+                polled + slept,
+                0,
+                "lone reads go to pread when polling is off"
+            );
+        }
+    }
+}
+
 /// An uncompressed engine with `budget` bytes of memory, in a fresh directory.
 fn open_with_budget(budget: u64) -> (tempfile::TempDir, Db) {
     let dir = tempfile::tempdir().unwrap();

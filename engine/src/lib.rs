@@ -64,6 +64,7 @@ pub use partial_read::RangeRequest;
 pub use record::{CollId, Seqno};
 pub use snapshot::{Direction, ScanIter, Snapshot};
 pub use stats::{SegmentStats, Stats};
+pub use uring::poll_reads_on_this_thread;
 
 /// Decoders of on-disk structures, exposed for fuzzing and property tests. Each
 /// returns an error (never panics) on arbitrary input.

@@ -9,7 +9,8 @@
 //! exit); a polling one sees the completion at once. Rings are set up with
 //! `COOP_TASKRUN`, so the kernel posts a completion as task work without interrupting
 //! the spinning thread and raises a flag, and the thread enters the kernel once to
-//! collect it. At most one thread per two cores polls at a time; the others sleep.
+//! collect it. A thread polls only while no other thread waits for a read (and at
+//! most one per two cores): when another starts waiting, the poller goes to sleep too.
 
 use crate::aligned::AlignedBuf;
 use crate::error::{Error, Result};
@@ -25,6 +26,15 @@ pub const RING_ENTRIES: usize = 64;
 
 thread_local! {
     static RING: RefCell<Option<IoUring>> = const { RefCell::new(None) };
+    static POLL_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// Lets this thread poll for its io_uring read completions (the default, within the
+/// engine's `read_poll_micros`) or makes it always sleep. A thread that serves reads
+/// while other work needs the CPU (a filesystem's read pool at high queue depth) should
+/// sleep: its spinning would take a core from the threads that feed it.
+pub fn poll_reads_on_this_thread(on: bool) {
+    POLL_HERE.with(|p| p.set(on));
 }
 
 /// Whether this kernel (and seccomp policy) lets us create a ring.
@@ -45,6 +55,8 @@ fn new_ring(entries: u32) -> Result<IoUring> {
 
 /// Threads polling for a completion right now.
 static POLLERS: AtomicUsize = AtomicUsize::new(0);
+/// Threads waiting for a completion right now (polling or asleep).
+static WAITERS: AtomicUsize = AtomicUsize::new(0);
 
 /// One polling thread per two cores (at least one), so polling never takes every core.
 fn max_pollers() -> usize {
@@ -56,6 +68,16 @@ fn max_pollers() -> usize {
 struct PollSlot;
 
 impl PollSlot {
+    /// A slot for a thread about to wait, if it is the only one waiting: when several
+    /// threads wait at once, completions come often enough that sleeping costs little,
+    /// and the CPU a spinner would burn serves the others.
+    fn take_if_alone() -> Option<PollSlot> {
+        if WAITERS.load(Ordering::Acquire) > 1 {
+            return None;
+        }
+        Self::take()
+    }
+
     fn take() -> Option<PollSlot> {
         POLLERS
             .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
@@ -379,12 +401,19 @@ impl<'r, T: ReadTarget> Batch<'r, T> {
     /// polling for up to the budget if a polling slot is free, else (or then) asleep.
     fn wait(&mut self, on_done: &mut OnDone<'_, T>) -> Result<()> {
         self.mark_submitted();
-        if self.poll_for_completion()? {
-            self.counters.polled_waits.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.counters.slept_waits.fetch_add(1, Ordering::Relaxed);
-            self.enter(1)?;
-        }
+        WAITERS.fetch_add(1, Ordering::AcqRel);
+        let waited = self.poll_for_completion().and_then(|polled| {
+            let n = if polled {
+                &self.counters.polled_waits
+            } else {
+                self.enter(1)?;
+                &self.counters.slept_waits
+            };
+            n.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        });
+        WAITERS.fetch_sub(1, Ordering::AcqRel);
+        waited?;
         self.reap(on_done);
         Ok(())
     }
@@ -404,10 +433,10 @@ impl<'r, T: ReadTarget> Batch<'r, T> {
     /// Submits what is queued, then spins until a completion is posted or the poll
     /// budget runs out (false; also when polling is off or no slot is free).
     fn poll_for_completion(&mut self) -> Result<bool> {
-        if self.poll.is_zero() {
+        if self.poll.is_zero() || !POLL_HERE.with(|p| p.get()) {
             return Ok(false);
         }
-        let Some(_slot) = PollSlot::take() else {
+        let Some(_slot) = PollSlot::take_if_alone() else {
             return Ok(false);
         };
         self.enter(0)?;
@@ -423,7 +452,10 @@ impl<'r, T: ReadTarget> Batch<'r, T> {
                 continue;
             }
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(64) && Instant::now() >= deadline {
+            // Give up at the budget, or once another thread waits too.
+            if spins.is_multiple_of(64)
+                && (Instant::now() >= deadline || WAITERS.load(Ordering::Relaxed) > 1)
+            {
                 return Ok(false);
             }
             std::hint::spin_loop();
@@ -521,6 +553,18 @@ mod tests {
             f.write_aligned(&page, (p * PAGE) as u64).unwrap();
         }
         f
+    }
+
+    /// The patterned file opened with O_DIRECT (reads complete by interrupt, so every
+    /// wait is a real one), or `None` with a printed reason where O_DIRECT is refused.
+    fn direct_patterned_file(dir: &std::path::Path) -> Option<DataFile> {
+        if !crate::io::probe_direct_io(dir) {
+            println!("skipped: O_DIRECT is refused on {}", dir.display());
+            return None;
+        }
+        patterned_file(dir);
+        let counters = Arc::new(IoCounters::default());
+        Some(DataFile::open(&dir.join("pattern"), IoMode::Direct, false, counters).unwrap())
     }
 
     /// Pushes a read of every page (in a scrambled order) and checks each comes back
@@ -663,18 +707,9 @@ mod tests {
     #[test]
     fn polled_direct_reads_all_complete_once_with_their_own_bytes() {
         let dir = tempfile::tempdir().unwrap();
-        if !crate::io::probe_direct_io(dir.path()) {
-            println!("skipped: O_DIRECT is refused on {}", dir.path().display());
+        let Some(f) = direct_patterned_file(dir.path()) else {
             return;
-        }
-        patterned_file(dir.path());
-        let f = DataFile::open(
-            &dir.path().join("pattern"),
-            IoMode::Direct,
-            false,
-            Arc::new(IoCounters::default()),
-        )
-        .unwrap();
+        };
         let rc = RingCounters::default();
         // Other tests poll too and the polling slots are few: retry until one is ours.
         for attempt in 1..=50 {
@@ -696,6 +731,26 @@ mod tests {
             }
         }
         panic!("no wait ever ended by polling: {rc:?}");
+    }
+
+    #[test]
+    fn a_thread_that_opts_out_of_polling_sleeps_for_every_completion() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(f) = direct_patterned_file(dir.path()) else {
+            return;
+        };
+        let rc = RingCounters::default();
+        poll_reads_on_this_thread(false);
+        let seen = with_batch(&rc, Duration::from_millis(5), |b| {
+            Ok(read_every_page(b, &f))
+        });
+        poll_reads_on_this_thread(true);
+        assert!(seen.unwrap().iter().all(|&n| n == 1));
+        assert_eq!(rc.polled_waits.load(Ordering::Relaxed), 0, "{rc:?}");
+        assert!(
+            rc.slept_waits.load(Ordering::Relaxed) > 0,
+            "no wait happened: {rc:?}"
+        );
     }
 
     #[test]

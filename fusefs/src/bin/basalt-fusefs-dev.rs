@@ -27,7 +27,8 @@ use basalt_fusefs::{mount, mount_null, MountConfig};
 fn usage() -> ExitCode {
     eprintln!(
         "usage: basalt-fusefs-dev mount --data DIR [--threads N] [--chunk-size BYTES] \
-         [--durability sync|nosync|MS] [--no-allow-other] [-o OPTS] MOUNTPOINT\n\
+         [--durability sync|nosync|MS] [--read-poll MICROS] [--no-allow-other] [-o OPTS] \
+         MOUNTPOINT\n\
          \x20      basalt-fusefs-dev nullfs [--threads N] [--no-allow-other] [-o OPTS] MOUNTPOINT\n\
          \x20      basalt-fusefs-dev files --dir DIR [--count N] [--threads T] [--size BYTES] \
          [--daemon PID]\n\
@@ -57,6 +58,7 @@ fn main() -> ExitCode {
         ..Default::default()
     };
     let mut durability = Durability::NoSync;
+    let mut read_poll_micros = Options::default().read_poll_micros;
     let mut mountpoint = None;
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -76,6 +78,10 @@ fn main() -> ExitCode {
                     None => return usage(),
                 }
             }
+            "--read-poll" if !null => match args.next().and_then(|v| v.parse().ok()) {
+                Some(us) => read_poll_micros = us,
+                None => return usage(),
+            },
             "--no-allow-other" => cfg.allow_other = false,
             "-o" => cfg.options.extend(args.next()),
             _ if mountpoint.is_none() && !a.starts_with('-') => mountpoint = Some(PathBuf::from(a)),
@@ -94,6 +100,7 @@ fn main() -> ExitCode {
         };
         let opts = Options {
             durability,
+            read_poll_micros,
             ..Options::default()
         };
         match Db::open(&data, opts) {

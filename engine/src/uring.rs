@@ -377,9 +377,10 @@ impl<'r, T: ReadTarget> Batch<'r, T> {
     /// Waits for every read pushed so far, handing each to `on_done`. Returns the
     /// first error (of a read or of `on_done`); reads after it are drained, not handed on.
     fn finish_reads(&mut self, on_done: &mut OnDone<'_, T>) -> Result<()> {
-        if self.held.is_some() && !self.poll.is_zero() {
-            let h = self.held.take().expect("checked");
-            self.put_on_ring(h, on_done)?;
+        if !self.poll.is_zero() {
+            if let Some(h) = self.held.take() {
+                self.put_on_ring(h, on_done)?;
+            }
         }
         if let Some(h) = self.held.take() {
             self.counters.queue_depth.record(1);

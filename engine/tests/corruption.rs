@@ -142,34 +142,36 @@ fn tail_segment(dir: &Path) -> PathBuf {
     files(dir, |n| n.ends_with(".log")).pop().unwrap()
 }
 
+/// A database in `dir` holding keys 0..20 with 300-byte values, uncompressed (each
+/// write one block of ~340 bytes), every write synced.
+fn twenty_synced_writes(dir: &Path) -> Db {
+    let o = Options {
+        durability: Durability::SyncEveryWrite,
+        compression: basalt_engine::Compression::None,
+        ..opts()
+    };
+    let db = Db::open(dir, o).unwrap();
+    let c = db.create_collection("c").unwrap();
+    for i in 0..20u32 {
+        c.put(&i.to_be_bytes(), &[i as u8; 300]).unwrap();
+    }
+    db
+}
+
+/// Tears the last block of `file`: zeroes the last `n` bytes of its data, as a
+/// partial sector write leaves them.
+fn tear_end(file: &Path, n: usize) {
+    let mut b = std::fs::read(file).unwrap();
+    let end = b.iter().rposition(|&x| x != 0).unwrap() + 1;
+    b[end - n..end].fill(0);
+    std::fs::write(file, &b).unwrap();
+}
+
 #[test]
 fn torn_final_block_is_discarded_and_earlier_synced_writes_survive() {
     let dir = tempfile::tempdir().unwrap();
-    {
-        // Uncompressed, so each write is one block of ~340 bytes.
-        let db = Db::open(
-            dir.path(),
-            Options {
-                durability: Durability::SyncEveryWrite,
-                compression: basalt_engine::Compression::None,
-                ..opts()
-            },
-        )
-        .unwrap();
-        let c = db.create_collection("c").unwrap();
-        for i in 0..20u32 {
-            c.put(&i.to_be_bytes(), &[i as u8; 300]).unwrap();
-        }
-    }
-    let tail = tail_segment(dir.path());
-    let mut b = std::fs::read(&tail).unwrap();
-    let end = b.iter().rposition(|&x| x != 0).unwrap() + 1;
-    // Tear the last block: keep its first half, zero the rest (a partial sector write).
-    let cut = end - 150;
-    for x in &mut b[cut..end] {
-        *x = 0;
-    }
-    std::fs::write(&tail, &b).unwrap();
+    drop(twenty_synced_writes(dir.path()));
+    tear_end(&tail_segment(dir.path()), 150);
     let db = Db::open(dir.path(), opts()).unwrap();
     let c = db.collection("c").unwrap();
     for i in 0..19u32 {
@@ -200,19 +202,7 @@ fn a_torn_last_block_of_a_batch_discards_the_batch_and_its_intact_blocks_before_
     // damage in the middle of the log; the batch was never acknowledged.
     let dir = tempfile::tempdir().unwrap();
     {
-        let db = Db::open(
-            dir.path(),
-            Options {
-                durability: Durability::SyncEveryWrite,
-                compression: basalt_engine::Compression::None,
-                ..opts()
-            },
-        )
-        .unwrap();
-        let c = db.create_collection("c").unwrap();
-        for i in 0..20u32 {
-            c.put(&i.to_be_bytes(), &[i as u8; 300]).unwrap();
-        }
+        let db = twenty_synced_writes(dir.path());
         // 2 KiB blocks: this batch is about four blocks chained by their flags.
         let mut b = basalt_engine::WriteBatch::new();
         for i in 100..120u32 {
@@ -220,13 +210,7 @@ fn a_torn_last_block_of_a_batch_discards_the_batch_and_its_intact_blocks_before_
         }
         db.write(&b).unwrap();
     }
-    let tail = tail_segment(dir.path());
-    let mut b = std::fs::read(&tail).unwrap();
-    let end = b.iter().rposition(|&x| x != 0).unwrap() + 1;
-    for x in &mut b[end - 150..end] {
-        *x = 0;
-    }
-    std::fs::write(&tail, &b).unwrap();
+    tear_end(&tail_segment(dir.path()), 150);
     let db = Db::open(dir.path(), opts()).expect("a torn batch is a torn tail");
     let c = db.collection("c").unwrap();
     for i in 0..20u32 {
@@ -250,21 +234,7 @@ fn a_torn_last_block_of_a_batch_discards_the_batch_and_its_intact_blocks_before_
 #[test]
 fn damage_in_the_middle_of_the_tail_is_refused_not_truncated() {
     let dir = tempfile::tempdir().unwrap();
-    {
-        let db = Db::open(
-            dir.path(),
-            Options {
-                durability: Durability::SyncEveryWrite,
-                compression: basalt_engine::Compression::None,
-                ..opts()
-            },
-        )
-        .unwrap();
-        let c = db.create_collection("c").unwrap();
-        for i in 0..20u32 {
-            c.put(&i.to_be_bytes(), &[i as u8; 300]).unwrap();
-        }
-    }
+    drop(twenty_synced_writes(dir.path()));
     let tail = tail_segment(dir.path());
     let mut b = std::fs::read(&tail).unwrap();
     b[4096 + 200] ^= 0x10; // inside the first data block; valid blocks follow

@@ -262,7 +262,7 @@ pub struct Batch<'r, T> {
 }
 
 /// Runs `f` with a batch on this thread's ring (created on first use); its waits poll
-/// for up to `poll`. A nested call (a read issued from inside `f`) gets a ring of its
+/// for up to `poll` (not at all on a thread that opted out). A nested call (a read issued from inside `f`) gets a ring of its
 /// own.
 pub fn with_batch<T: ReadTarget, R>(
     counters: &RingCounters,
@@ -270,6 +270,11 @@ pub fn with_batch<T: ReadTarget, R>(
     f: impl FnOnce(&mut Batch<'_, T>) -> Result<R>,
 ) -> Result<R> {
     let entries = RING_ENTRIES as u32;
+    let poll = if POLL_HERE.with(|p| p.get()) {
+        poll
+    } else {
+        Duration::ZERO
+    };
     RING.with(|cell| match cell.try_borrow_mut() {
         Ok(mut slot) => {
             if slot.is_none() {
@@ -434,7 +439,7 @@ impl<'r, T: ReadTarget> Batch<'r, T> {
     /// Submits what is queued, then spins until a completion is posted or the poll
     /// budget runs out (false; also when polling is off or no slot is free).
     fn poll_for_completion(&mut self) -> Result<bool> {
-        if self.poll.is_zero() || !POLL_HERE.with(|p| p.get()) {
+        if self.poll.is_zero() {
             return Ok(false);
         }
         let Some(_slot) = PollSlot::take_if_alone() else {
@@ -745,8 +750,30 @@ mod tests {
         let seen = with_batch(&rc, Duration::from_millis(5), |b| {
             Ok(read_every_page(b, &f))
         });
+        // A lone read on this thread is done with pread, as when polling is off.
+        let waits = |rc: &RingCounters| {
+            rc.polled_waits.load(Ordering::Relaxed) + rc.slept_waits.load(Ordering::Relaxed)
+        };
+        let before = waits(&rc);
+        let lone = with_batch(
+            &rc,
+            Duration::from_millis(5),
+            |b: &mut Batch<'_, &DataFile>| {
+                let mut none = |_: usize, _: &ReadReq<&DataFile>| -> Result<()> { Ok(()) };
+                b.push(ReadReq::covering(&f, 0, 1), &mut none)?;
+                b.finish(&mut none)?;
+                b.recycle();
+                Ok(())
+            },
+        );
         poll_reads_on_this_thread(true);
+        lone.unwrap();
         assert!(seen.unwrap().iter().all(|&n| n == 1));
+        assert_eq!(
+            waits(&rc),
+            before,
+            "a lone read was waited for on the ring on an opted-out thread, not read with pread"
+        );
         assert_eq!(rc.polled_waits.load(Ordering::Relaxed), 0, "{rc:?}");
         assert!(
             rc.slept_waits.load(Ordering::Relaxed) > 0,

@@ -20,6 +20,7 @@ pub struct StatCounters {
     pub gc_runs: AtomicU64,
     pub gc_bytes_moved: AtomicU64,
     pub gc_bytes_reclaimed: AtomicU64,
+    pub gc_bytes_read: AtomicU64,
     /// Writer time spent waiting for memtable flushes (the write cache was full).
     pub stall_flush_micros: AtomicU64,
     /// Writer time spent in GC's smooth slow-down (the log below its target fill).
@@ -88,6 +89,9 @@ pub struct Stats {
     pub gc_runs: u64,
     pub gc_bytes_moved: u64,
     pub gc_bytes_reclaimed: u64,
+    /// Bytes GC read from its victims (each is read about twice: once to find its
+    /// live records, once to copy them in seqno order).
+    pub gc_bytes_read: u64,
     /// Current budgets of the block and index caches (rebalanced as the index grows).
     pub block_cache_capacity: u64,
     pub index_cache_capacity: u64,
@@ -236,6 +240,7 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         gc_runs: s.gc_runs.load(Ordering::Relaxed),
         gc_bytes_moved: s.gc_bytes_moved.load(Ordering::Relaxed),
         gc_bytes_reclaimed: s.gc_bytes_reclaimed.load(Ordering::Relaxed),
+        gc_bytes_read: s.gc_bytes_read.load(Ordering::Relaxed),
         block_cache_capacity: inner.data_cache.capacity() as u64,
         index_cache_capacity: inner.index_cache.capacity() as u64,
         block_cache_hits: inner.data_cache.hits.load(Ordering::Relaxed),

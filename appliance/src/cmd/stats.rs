@@ -60,10 +60,11 @@ pub fn run(args: &StatsArgs, out: &mut dyn Write) -> Result<i32> {
     )?;
     writeln!(
         out,
-        "gc               {} runs, {} moved, {} reclaimed",
+        "gc               {} runs, {} moved, {} reclaimed, {} read",
         s.gc_runs,
         mib(s.gc_bytes_moved),
-        mib(s.gc_bytes_reclaimed)
+        mib(s.gc_bytes_reclaimed),
+        mib(s.gc_bytes_read)
     )?;
     writeln!(
         out,

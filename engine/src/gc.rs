@@ -238,7 +238,6 @@ pub fn gc_once(inner: &Arc<Inner>, force: bool) -> Result<bool> {
             victim.id
         );
     }
-    let moved = copier.moved;
     let target = inner.commit_no.load(Ordering::SeqCst);
     inner.sync_upto(target)?;
     crate::failpoint::hit("gc-before-retire");
@@ -248,7 +247,7 @@ pub fn gc_once(inner: &Arc<Inner>, force: bool) -> Result<bool> {
     inner
         .stats
         .gc_bytes_moved
-        .fetch_add(moved, Ordering::Relaxed);
+        .fetch_add(copier.moved, Ordering::Relaxed);
     inner
         .stats
         .gc_bytes_reclaimed
@@ -398,6 +397,17 @@ mod tests {
             .collect()
     }
 
+    fn open_db(dir: &std::path::Path, segment_size: u64, budget: u64) -> Db {
+        Db::open(
+            dir,
+            Options {
+                segment_size,
+                ..Options::for_unit_test(budget)
+            },
+        )
+        .unwrap()
+    }
+
     fn ascending(seqnos: impl Iterator<Item = u64>) -> bool {
         let v: Vec<u64> = seqnos.collect();
         v.windows(2).all(|w| w[0] < w[1])
@@ -409,14 +419,7 @@ mod tests {
     #[test]
     fn gc_copies_in_seqno_order_and_reads_each_victim_at_most_twice() {
         let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(
-            dir.path(),
-            Options {
-                segment_size: 4 << 20,
-                ..Options::for_unit_test(32 << 20)
-            },
-        )
-        .unwrap();
+        let db = open_db(dir.path(), 4 << 20, 32 << 20);
         let c = db.create_collection("c").unwrap();
         for round in 0..3u8 {
             write_round(&c, round);
@@ -505,14 +508,7 @@ mod tests {
     #[test]
     fn gc_collects_while_a_merge_is_running() {
         let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(
-            dir.path(),
-            Options {
-                segment_size: 128 << 10,
-                ..Options::for_unit_test(8 << 20)
-            },
-        )
-        .unwrap();
+        let db = open_db(dir.path(), 128 << 10, 8 << 20);
         let c = db.create_collection("c").unwrap();
         for round in 0..4u8 {
             for k in 0..400u32 {

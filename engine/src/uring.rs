@@ -544,6 +544,11 @@ mod tests {
 
     const PAGES: usize = 300;
 
+    /// Ring waits so far, polled or slept.
+    fn waits(rc: &RingCounters) -> u64 {
+        rc.polled_waits.load(Ordering::Relaxed) + rc.slept_waits.load(Ordering::Relaxed)
+    }
+
     /// A file whose page `p` is filled with the byte `p % 251`.
     fn patterned_file(dir: &std::path::Path) -> DataFile {
         let f = DataFile::open(
@@ -700,10 +705,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(got, vec![(0, PAGE, 7)]);
-        let waits =
-            rc.polled_waits.load(Ordering::Relaxed) + rc.slept_waits.load(Ordering::Relaxed);
         assert_eq!(
-            waits, 1,
+            waits(&rc),
+            1,
             "the lone read was not waited for on the ring (pread instead?)"
         );
     }
@@ -751,9 +755,6 @@ mod tests {
             Ok(read_every_page(b, &f))
         });
         // A lone read on this thread is done with pread, as when polling is off.
-        let waits = |rc: &RingCounters| {
-            rc.polled_waits.load(Ordering::Relaxed) + rc.slept_waits.load(Ordering::Relaxed)
-        };
         let before = waits(&rc);
         let lone = with_batch(
             &rc,

@@ -122,6 +122,9 @@ pub struct EngineSection {
     pub io_backend: IoBackendSetting,
     /// Microseconds an io_uring read polls for its completion before sleeping (0: never).
     pub read_poll_micros: u64,
+    /// Put blocks just written into the block cache (for workloads that read back
+    /// what they just wrote).
+    pub cache_writes: bool,
     pub background_gc: bool,
 }
 
@@ -139,6 +142,7 @@ impl Default for EngineSection {
             direct_io: d.direct_io,
             io_backend: IoBackendSetting(d.io_backend),
             read_poll_micros: d.read_poll_micros,
+            cache_writes: d.cache_writes,
             background_gc: d.background_gc,
         }
     }
@@ -163,6 +167,7 @@ impl EngineSection {
             direct_io: self.direct_io,
             io_backend: self.io_backend.0,
             read_poll_micros: self.read_poll_micros,
+            cache_writes: self.cache_writes,
             background_gc: self.background_gc,
             create_if_missing: true,
         }
@@ -378,13 +383,14 @@ mod tests {
     #[test]
     fn engine_options_follow_the_file() {
         let c = parse(
-            "[engine]\ncompression = \"zstd:5\"\ndurability = \"periodic\"\nsync_interval_ms = 50\nmemory_budget_mib = 64\nio_backend = \"psync\"\nread_poll_micros = 0\n",
+            "[engine]\ncompression = \"zstd:5\"\ndurability = \"periodic\"\nsync_interval_ms = 50\nmemory_budget_mib = 64\nio_backend = \"psync\"\nread_poll_micros = 0\ncache_writes = true\n",
         )
         .unwrap();
         let o = c.engine.options();
         assert_eq!(o.compression, basalt_engine::Compression::Zstd(5));
         assert_eq!(o.durability, basalt_engine::Durability::SyncEveryMs(50));
         assert_eq!(o.memory_budget, 64 << 20);
+        assert!(o.cache_writes);
         assert_eq!(o.io_backend, basalt_engine::IoBackend::Psync);
         assert_eq!(o.read_poll_micros, 0);
         let e = parse("[engine]\nio_backend = \"aio\"\n").unwrap_err();

@@ -8,7 +8,8 @@
 //! whole memory budget; either direct-IO flag → O_DIRECT; `--target_fill` → GC's target fill;
 //! `--io_backend=io_uring|psync` → the engine's read backend; `--read_poll_micros` → how long
 //! an io_uring read polls before sleeping; `--block_size` → the log block size (engine
-//! default 16 KiB when absent).
+//! default 16 KiB when absent); `--prepopulate_block_cache=1` → cache each log block as
+//! it is written.
 
 use crate::engine::{
     BatchOp, Compression, Direction, Durability, EngineError, EngineFactory, EngineOptions,
@@ -53,6 +54,7 @@ pub fn engine_options(o: &EngineOptions) -> Result<Options, EngineError> {
         durability,
         memory_budget: o.memory_budget,
         direct_io: o.direct_reads || o.direct_writes,
+        cache_writes: o.cache_writes,
         create_if_missing: true,
         ..Options::default()
     };

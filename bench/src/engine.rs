@@ -80,6 +80,8 @@ pub struct EngineOptions {
     pub read_poll_micros: Option<u64>,
     /// Log block size in bytes (`--block_size`), `None` = engine default.
     pub block_size: Option<usize>,
+    /// Put blocks into the block cache as they are written (`--prepopulate_block_cache`).
+    pub cache_writes: bool,
 }
 
 /// Counters the report needs from the engine. Fields an engine cannot provide are `None`.

@@ -33,6 +33,7 @@ const FLAG_TABLE: &[(&str, Kind)] = &[
     ("disable_wal", Kind::Bool),
     ("cache_size", Kind::Value),
     ("block_size", Kind::Value),
+    ("prepopulate_block_cache", Kind::Value),
     ("benchmark_write_rate_limit", Kind::Value),
     ("seed", Kind::Value),
     ("histogram", Kind::Bool),
@@ -78,6 +79,9 @@ pub struct Flags {
     /// `--block_size`: log block size for Basalt (RocksDB's data block size); `None`
     /// = the engine's default.
     pub block_size: Option<usize>,
+    /// `--prepopulate_block_cache`: 1 puts blocks into the block cache as they are
+    /// written (Basalt: every sealed log block), 0 (default) does not.
+    pub prepopulate_block_cache: bool,
     /// Bytes per second for all writers together; 0 = unlimited.
     pub benchmark_write_rate_limit: u64,
     pub seed: u64,
@@ -120,6 +124,7 @@ impl Default for Flags {
             disable_wal: false,
             cache_size: 8 << 20,
             block_size: None,
+            prepopulate_block_cache: false,
             benchmark_write_rate_limit: 0,
             seed: 0,
             histogram: false,
@@ -261,6 +266,13 @@ impl Flags {
             "disable_wal" => self.disable_wal = parse_bool(name, v)?,
             "cache_size" | "memory_budget" => self.cache_size = num(name, v)?,
             "block_size" => self.block_size = Some(num(name, v)?),
+            "prepopulate_block_cache" => {
+                self.prepopulate_block_cache = match v {
+                    "0" => false,
+                    "1" => true,
+                    _ => return Err(bad(name, v, "expected 0 or 1")),
+                }
+            }
             "benchmark_write_rate_limit" => self.benchmark_write_rate_limit = num(name, v)?,
             "seed" => self.seed = num(name, v)?,
             "histogram" => self.histogram = parse_bool(name, v)?,
@@ -362,6 +374,7 @@ impl Flags {
             io_backend: self.io_backend,
             read_poll_micros: self.read_poll_micros,
             block_size: self.block_size,
+            cache_writes: self.prepopulate_block_cache,
         }
     }
 

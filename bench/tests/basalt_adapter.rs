@@ -37,6 +37,7 @@ fn opts(dir: &std::path::Path, fresh: bool) -> EngineOptions {
         io_backend: None,
         read_poll_micros: None,
         block_size: None,
+        cache_writes: false,
     }
 }
 
@@ -118,8 +119,10 @@ fn options_map_as_documented() {
     o.io_backend = Some(basalt_bench::IoBackend::Psync);
     o.block_size = Some(4096);
     o.read_poll_micros = Some(0);
+    o.cache_writes = true;
     let e = engine_options(&o).unwrap();
     assert_eq!(e.block_size, 4096);
+    assert!(e.cache_writes);
     assert_eq!(e.read_poll_micros, 0);
     assert_eq!(e.io_backend, basalt_engine::IoBackend::Psync);
     assert_eq!(e.durability, basalt_engine::Durability::SyncEveryWrite);
@@ -130,7 +133,9 @@ fn options_map_as_documented() {
     o.durability = Durability::Periodic;
     o.compression = Compression::None;
     o.direct_writes = false;
+    o.cache_writes = false;
     let e = engine_options(&o).unwrap();
+    assert!(!e.cache_writes);
     assert_eq!(e.durability, basalt_engine::Durability::NoSync);
     assert_eq!(e.compression, basalt_engine::Compression::None);
     assert!(!e.direct_io);

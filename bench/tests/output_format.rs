@@ -107,8 +107,11 @@ fn flag_forms_follow_gflags() {
         "--target_fill=80",
         "--block_size=4096",
         "--read_poll_micros=50",
+        "--prepopulate_block_cache=1",
     ])
     .unwrap();
+    assert!(f.prepopulate_block_cache);
+    assert!(!Flags::default().prepopulate_block_cache);
     assert_eq!(f.block_size, Some(4096));
     assert_eq!(f.read_poll_micros, Some(50));
     assert_eq!((f.num, f.threads, f.value_size), (10, 3, 400));
@@ -124,6 +127,8 @@ fn bad_flags_are_named_in_the_error() {
     let e = Flags::parse(&["--num=1", "--max_bytes_for_level_base=5"]).unwrap_err();
     assert!(matches!(&e, BenchError::UnknownFlag(n) if n == "--max_bytes_for_level_base"));
     assert!(e.to_string().contains("max_bytes_for_level_base"));
+    let e = Flags::parse(&["--prepopulate_block_cache=2"]).unwrap_err();
+    assert!(e.to_string().contains("prepopulate_block_cache"), "{e}");
     let e = Flags::parse(&["--num=lots"]).unwrap_err();
     assert!(
         e.to_string().contains("--num") && e.to_string().contains("lots"),

@@ -252,24 +252,26 @@ impl BlockBuilder {
         &self.raw
     }
 
-    /// [`Self::seal_unframed`] then [`frame`] with `flags`.
+    /// [`Self::seal_unframed`] then [`frame`] with `flags`; returns the uncompressed
+    /// payload.
     #[cfg(test)]
     pub fn seal_into(&mut self, out: &mut Vec<u8>, compression: Compression, flags: u8) -> Vec<u8> {
         let start = out.len();
-        let raw = self.seal_unframed(out, compression);
+        let raw = self.raw.clone();
+        self.seal_unframed(out, compression);
         frame(&mut out[start..], flags);
         raw
     }
 
     /// Compresses the block and appends it to `out` without its flags and checksum
     /// (the caller learns the block's length first, then calls [`frame`] on its
-    /// bytes); resets the builder and returns the uncompressed payload.
+    /// bytes) and resets the builder.
     ///
     /// A block is stored compressed only when that saves at least an eighth. After a
     /// block that did not compress (random or already compressed data), the next one
     /// is first probed with a [`PROBE_LEN`] sample, so incompressible streams cost a
     /// trial of 4 KiB per block instead of a full compression.
-    pub fn seal_unframed(&mut self, out: &mut Vec<u8>, compression: Compression) -> Vec<u8> {
+    pub fn seal_unframed(&mut self, out: &mut Vec<u8>, compression: Compression) {
         let start = out.len();
         out.resize(start + HEADER_LEN, 0);
         let worth_trying = compression != Compression::None
@@ -306,11 +308,8 @@ impl BlockBuilder {
         h[32..40].copy_from_slice(&self.max_seqno.to_le_bytes());
         self.nrecs = 0;
         self.largest = 0;
-        // An exact-size copy goes to the data cache (which charges what it holds);
-        // the builder keeps its grown buffer for the next block.
-        let raw = self.raw.clone();
+        // The builder keeps its grown buffer for the next block.
         self.raw.clear();
-        raw
     }
 }
 

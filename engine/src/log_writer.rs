@@ -60,6 +60,8 @@ pub struct LogWriter {
     mode: IoMode,
     counters: Arc<IoCounters>,
     cache: SegmentCaches,
+    /// Sealed blocks go into the block cache ([`crate::Options::cache_writes`]).
+    cache_writes: bool,
     compression: Compression,
     block_size: usize,
     /// Compressed / raw size of the last sealed block (estimates the open block's size).
@@ -146,6 +148,7 @@ impl LogWriter {
             mode,
             counters,
             cache,
+            cache_writes: opts.cache_writes,
             compression: opts.compression,
             block_size: opts.block_size,
             ratio: 1.0,
@@ -303,8 +306,14 @@ impl LogWriter {
         let raw_len = self.open.raw_len();
         let nrecs = self.open.nrecs();
         let largest = self.open.largest();
+        let cached = self.cache_writes.then(|| {
+            Arc::new(
+                DataBlock::new(self.open.raw().to_vec(), nrecs as usize)
+                    .expect("records the writer encoded decode"),
+            )
+        });
         self.scratch.clear();
-        let raw = self.open.seal_unframed(&mut self.scratch, self.compression);
+        self.open.seal_unframed(&mut self.scratch, self.compression);
         self.ratio = (self.scratch.len() - HEADER_LEN) as f64 / raw_len.max(1) as f64;
         if nrecs == 1 && raw_len >= PAGED_MIN && self.scratch[9] == 0 {
             crate::block::make_paged(&mut self.scratch, off, true, &mut self.paged_scratch);
@@ -313,9 +322,6 @@ impl LogWriter {
         let pad = self.pad_after(off + disk_len as u64, largest);
         let flags = if pad { flags | FLAG_PAD } else { flags };
         crate::block::frame(&mut self.scratch, flags);
-        let cached = Arc::new(
-            DataBlock::new(raw, nrecs as usize).expect("records the writer encoded decode"),
-        );
         let h =
             crate::block::BlockHeader::parse(&self.scratch).expect("freshly sealed block parses");
         debug_assert_eq!(h.nrecs, nrecs);
@@ -327,8 +333,10 @@ impl LogWriter {
             max_seqno: h.max_seqno,
             flags: h.flags,
         };
-        let charge = cached.charge();
-        self.cache.blocks.insert((self.seg.id, off), cached, charge);
+        if let Some(cached) = cached {
+            let charge = cached.charge();
+            self.cache.blocks.insert((self.seg.id, off), cached, charge);
+        }
         let data = std::mem::take(&mut self.scratch);
         let mut res = self.append(&data);
         self.scratch = data;

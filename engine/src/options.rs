@@ -94,6 +94,10 @@ pub struct Options {
     /// before it sleeps, in microseconds (0: always sleep). Polling trades CPU for
     /// latency: a QD1 read skips the wake-up; one thread per two cores polls at a time.
     pub read_poll_micros: u64,
+    /// Put each block the log writer seals into the block cache (RocksDB's
+    /// `prepopulate_block_cache`). Helps a workload that reads what it has just
+    /// written; costs a copy per block, and written blocks then evict read-hot ones.
+    pub cache_writes: bool,
     /// Run garbage collection in a background thread.
     pub background_gc: bool,
     /// Create the data directory when missing.
@@ -118,6 +122,7 @@ impl Default for Options {
             direct_io: true,
             io_backend: IoBackend::IoUring,
             read_poll_micros: DEFAULT_READ_POLL_MICROS,
+            cache_writes: false,
             background_gc: true,
             create_if_missing: true,
         }

@@ -109,6 +109,50 @@ fn point_reads_poll_for_their_completion_unless_polling_is_off() {
     }
 }
 
+/// `cache_writes` (RocksDB's prepopulate_block_cache) decides whether reading back
+/// what was just written is served by the block cache or by the device: off (the
+/// default), the first read of each block misses the cache and goes to the device;
+/// on, none does.
+#[test]
+fn written_blocks_enter_the_block_cache_only_with_cache_writes() {
+    for cache_writes in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let o = Options {
+            cache_writes,
+            memory_budget: 64 << 20,
+            ..opts(IoBackend::IoUring)
+        };
+        let db = Db::open(dir.path(), o).unwrap();
+        let c = db.create_collection("c").unwrap();
+        let n = 2_000u64;
+        for k in 0..n {
+            c.put(&k.to_be_bytes(), &value(k, 0)).unwrap();
+        }
+        db.flush().unwrap();
+        let before = db.stats();
+        for k in 0..n {
+            assert_eq!(c.get(&k.to_be_bytes()).unwrap(), Some(value(k, 0)));
+        }
+        let s = db.stats();
+        let reads = s.device_reads - before.device_reads;
+        let misses = s.block_cache_misses - before.block_cache_misses;
+        println!("cache_writes {cache_writes}: {n} gets, {misses} block cache misses, {reads} device reads (data and index)");
+        if cache_writes {
+            assert_eq!(
+                misses, 0,
+                "every block read back should come from the cache"
+            );
+        } else {
+            // About twelve 330-byte records per 4 KiB block: one miss per block.
+            assert!(
+                misses >= n / 20,
+                "only {misses} misses: written blocks were cached"
+            );
+            assert!(reads >= misses, "a block cache miss is a device read");
+        }
+    }
+}
+
 /// An uncompressed engine with `budget` bytes of memory, in a fresh directory.
 fn open_with_budget(budget: u64) -> (tempfile::TempDir, Db) {
     let dir = tempfile::tempdir().unwrap();

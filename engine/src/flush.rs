@@ -269,6 +269,11 @@ pub fn flush_one(inner: &Arc<Inner>) -> Result<bool> {
     Ok(true)
 }
 
+/// Bytes a merge reads ahead over all its inputs (each input reads 64 KiB..1 MiB at a
+/// time): under O_DIRECT a block-at-a-time walk paid a device round trip per 4 KiB,
+/// and merges fell so far behind an overwrite that the index grew to 125 runs.
+const MERGE_READAHEAD: usize = 8 << 20;
+
 /// Picks the newest runs to merge: the longest prefix whose total size reaches half
 /// the next run's size (~log2 levels, merged early so that superseded versions meet —
 /// that is when their garbage is found), at most 6 runs in all, or everything with `full`.
@@ -343,9 +348,10 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
         inner.io_mode,
         inner.counters.clone(),
     )?;
+    let readahead = (MERGE_READAHEAD / inputs.len()).clamp(64 << 10, 1 << 20);
     let mut cursors = inputs
         .iter()
-        .map(|r| RunCursor::seek_uncached(r.clone(), 0, Some(&[]), false))
+        .map(|r| RunCursor::seek_uncached(r.clone(), 0, Some(&[]), readahead))
         .collect::<Result<Vec<_>>>()?;
     let mut dead = Vec::new();
     let mut shadowed = Vec::new();

@@ -35,6 +35,12 @@ use std::time::{Duration, Instant};
 /// 516k/506k with 16 MiB, on the same VM in one sitting.
 pub(crate) const MEMTABLE_MAX: u64 = 16 << 20;
 
+/// A writer slowed for GC sleeps once it owes this much delay (shorter sleeps are
+/// mostly timer slack).
+const GC_DELAY_MIN_SLEEP: Duration = Duration::from_micros(200);
+/// Longest GC delay one write pays at once (the rest is owed by the next writes).
+const GC_DELAY_MAX_SLEEP: Duration = Duration::from_millis(50);
+
 /// Longest key in bytes.
 pub const MAX_KEY_LEN: usize = 4096;
 /// Largest value in bytes.
@@ -100,8 +106,8 @@ pub(crate) struct Inner {
     pub bg_cond: Condvar,
     pub shutdown: AtomicBool,
     pub flush_error: Mutex<Option<String>>,
-    /// Per-batch delay (µs) applied to writers while GC is behind its target.
-    pub gc_throttle_micros: AtomicU64,
+    /// Delay owed per KiB written (ns) while GC is behind its target.
+    pub gc_delay_nanos_per_kib: AtomicU64,
     /// A collection was dropped: merge all runs to purge its entries.
     pub want_full_merge: AtomicBool,
     pub next_mem_id: AtomicU64,
@@ -640,7 +646,7 @@ impl Db {
             bg_cond: Condvar::new(),
             shutdown: AtomicBool::new(false),
             flush_error: Mutex::new(None),
-            gc_throttle_micros: AtomicU64::new(0),
+            gc_delay_nanos_per_kib: AtomicU64::new(0),
             want_full_merge: AtomicBool::new(false),
             opts,
         });
@@ -1005,7 +1011,7 @@ impl Inner {
             CommitOps::Catalog(_) => encoded = 1024,
         }
         if matches!(ops, CommitOps::User(_)) {
-            self.throttle()?;
+            self.throttle(encoded)?;
         }
         let is_catalog = matches!(ops, CommitOps::Catalog(_));
         let mut w = self.writer.lock();
@@ -1227,7 +1233,7 @@ impl Inner {
 
     /// Slows writers down when flushes or GC fall behind (smoothly, not by stopping).
     /// The two waits are counted apart in the stats.
-    fn throttle(&self) -> Result<()> {
+    fn throttle(&self, bytes: u64) -> Result<()> {
         if self.flush_backlog_full() {
             let started = Instant::now();
             while self.flush_backlog_full() {
@@ -1246,15 +1252,41 @@ impl Inner {
                 .stall_flush_micros
                 .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         }
-        let t = self.gc_throttle_micros.load(Ordering::Relaxed);
-        if t > 0 {
-            let started = Instant::now();
-            std::thread::sleep(Duration::from_micros(t));
-            self.stats
-                .stall_gc_micros
-                .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        }
+        self.gc_delay(bytes);
         Ok(())
+    }
+
+    /// Slows a writer in proportion to the bytes it writes while GC is behind: each
+    /// write adds `bytes × gc_delay_nanos_per_kib / 1024` to the thread's debt, paid
+    /// by sleeping once it reaches [`GC_DELAY_MIN_SLEEP`] (sleeps are never shorter
+    /// than the timer's slack, so a delay per write would stop small writes). The
+    /// time actually slept is paid off (oversleep too), at most
+    /// [`GC_DELAY_MAX_SLEEP`] per write.
+    fn gc_delay(&self, bytes: u64) {
+        thread_local!(static OWED_NANOS: std::cell::Cell<i64> = const { std::cell::Cell::new(0) });
+        let per_kib = self.gc_delay_nanos_per_kib.load(Ordering::Relaxed);
+        if per_kib == 0 {
+            OWED_NANOS.with(|o| o.set(0));
+            return;
+        }
+        let add = (bytes.saturating_mul(per_kib) / 1024).min(i64::MAX as u64 / 2) as i64;
+        let owed = OWED_NANOS.with(|o| {
+            let v = o.get().saturating_add(add);
+            o.set(v);
+            v
+        });
+        let min = GC_DELAY_MIN_SLEEP.as_nanos() as i64;
+        if owed < min {
+            return;
+        }
+        let started = Instant::now();
+        std::thread::sleep(Duration::from_nanos(owed as u64).min(GC_DELAY_MAX_SLEEP));
+        let slept = started.elapsed();
+        // Oversleep is credited, up to one minimum sleep.
+        OWED_NANOS.with(|o| o.set((owed - slept.as_nanos() as i64).max(-min)));
+        self.stats
+            .stall_gc_micros
+            .fetch_add(slept.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// Group commit: makes the log durable up to commit number `target`. One caller
@@ -1291,20 +1323,59 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = open(dir.path(), 32 << 20);
         let c = db.create_collection("c").unwrap();
-        db.inner.gc_throttle_micros.store(300, Ordering::Relaxed);
+        // 100 µs per KiB: each 4 KiB write owes about 400 µs and sleeps it.
+        db.inner
+            .gc_delay_nanos_per_kib
+            .store(100_000, Ordering::Relaxed);
         for i in 0..20u32 {
-            c.put(&i.to_be_bytes(), b"v").unwrap();
+            c.put(&i.to_be_bytes(), &[7u8; 4096]).unwrap();
         }
         let s = db.stats();
         assert!(
-            s.write_stall_gc_micros >= 20 * 300,
-            "20 writes slowed by 300 µs each: {} µs counted",
+            s.write_stall_gc_micros >= 20 * 400 - 200,
+            "20 writes of 4 KiB slowed by 100 µs per KiB: {} µs counted",
             s.write_stall_gc_micros
         );
         assert_eq!(s.write_stall_flush_micros, 0, "no flush was waited for");
         assert_eq!(
             s.write_stall_micros,
             s.write_stall_gc_micros + s.write_stall_flush_micros
+        );
+    }
+
+    /// A small GC debt slows small writes a little, not each by a whole sleep: the
+    /// delay is owed per byte and paid in sleeps of at least 200 µs, so the time
+    /// slept follows the bytes written (a sleep per write, as GC's throttle once did,
+    /// took at least the timer slack, ~50 µs, per 150-byte write).
+    #[test]
+    fn gc_slow_down_is_proportional_to_bytes_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(dir.path(), 32 << 20);
+        let c = db.create_collection("c").unwrap();
+        let per_kib = 10_000u64; // 10 µs per KiB
+        db.inner
+            .gc_delay_nanos_per_kib
+            .store(per_kib, Ordering::Relaxed);
+        let n = 10_000u32;
+        for i in 0..n {
+            c.put(&i.to_be_bytes(), &[1u8; 120]).unwrap();
+        }
+        let s = db.stats();
+        let encoded = n as u64 * crate::record::encoded_len(0, u64::MAX, 4, 120) as u64;
+        let owed_micros = encoded * per_kib / 1024 / 1000;
+        println!(
+            "{n} writes, {encoded} bytes: {owed_micros} µs owed, {} µs slept",
+            s.write_stall_gc_micros
+        );
+        assert!(
+            s.write_stall_gc_micros + 200 >= owed_micros,
+            "slept {} µs of {owed_micros} owed",
+            s.write_stall_gc_micros
+        );
+        assert!(
+            s.write_stall_gc_micros <= owed_micros + 50_000,
+            "slept {} µs for {owed_micros} owed: more than one sleep per write?",
+            s.write_stall_gc_micros
         );
     }
 

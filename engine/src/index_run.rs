@@ -187,6 +187,11 @@ impl RunWriter {
     }
 }
 
+/// A verified block without its page padding.
+fn data_part(block: &[u8]) -> &[u8] {
+    &block[..used_len(block).unwrap_or(block.len())]
+}
+
 /// One data block of a run, as its block index lists it.
 struct BlockRef {
     coll: CollId,
@@ -428,24 +433,28 @@ impl Run {
         }
         let mut buf = AlignedBuf::for_read(pages as usize * PAGE);
         let n = self.file.read_full(&mut buf, off)?;
-        if n < buf.len() || !verify_block(&buf) {
-            return Err(Error::corruption(
+        let pages = self.verified((n == buf.len()).then_some(&buf[..]), off)?;
+        // The cache keeps only the bytes that carry data, not the page padding
+        // (which `verify` checks).
+        let b = Arc::new(if cached { data_part(pages) } else { pages }.to_vec());
+        buf.recycle();
+        if cached {
+            self.cache.insert((self.id, off), b.clone(), b.len());
+        }
+        Ok(b)
+    }
+
+    /// The block at `off`, read whole into `pages` (`None`: a short read), once its
+    /// checksum is verified.
+    fn verified<'a>(&self, pages: Option<&'a [u8]>, off: u64) -> Result<&'a [u8]> {
+        match pages {
+            Some(p) if verify_block(p) => Ok(p),
+            _ => Err(Error::corruption(
                 self.file.path(),
                 off,
                 "index block checksum mismatch",
-            ));
+            )),
         }
-        if cached {
-            // The cache keeps only the bytes that carry data, not the page padding.
-            let used = used_len(&buf).unwrap_or(buf.len());
-            let b = Arc::new(buf[..used].to_vec());
-            buf.recycle();
-            self.cache.insert((self.id, off), b.clone(), b.len());
-            return Ok(b);
-        }
-        let b = Arc::new(buf.to_vec());
-        buf.recycle();
-        Ok(b)
     }
 
     /// Reads blocks `first..` with one read of at most `max_bytes` (always at least
@@ -469,15 +478,8 @@ impl Run {
         for b in &self.blocks[first..end] {
             let from = (b.off - start) as usize;
             let to = from + b.pages as usize * PAGE;
-            if n < to || !verify_block(&buf[from..to]) {
-                return Err(Error::corruption(
-                    self.file.path(),
-                    b.off,
-                    "index block checksum mismatch",
-                ));
-            }
-            let used = used_len(&buf[from..to]).unwrap_or(to - from);
-            out.push(Arc::new(buf[from..from + used].to_vec()));
+            let pages = (n >= to).then(|| &buf[from..to]);
+            out.push(Arc::new(data_part(self.verified(pages, b.off)?).to_vec()));
         }
         buf.recycle();
         Ok(out)
@@ -749,21 +751,35 @@ mod tests {
         }
     }
 
+    /// Writes run `id` in `dir` holding `keys` (in order) with seqnos 1, 2, ..., and
+    /// an index cache of `cache_bytes`; returns it and its IO counters.
+    fn write_run(
+        dir: &Path,
+        id: u64,
+        keys: &[(CollId, Vec<u8>)],
+        cache_bytes: usize,
+    ) -> (Run, Arc<IoCounters>) {
+        let counters = Arc::new(IoCounters::default());
+        let mut w =
+            RunWriter::create(dir, id, keys.len(), IoMode::Buffered, counters.clone()).unwrap();
+        for (i, (c, k)) in keys.iter().enumerate() {
+            w.add(*c, k, &entry(i as u64 + 1)).unwrap();
+        }
+        let cache = Arc::new(IndexCache::new(cache_bytes));
+        (w.finish(cache).unwrap(), counters)
+    }
+
     #[test]
     fn run_roundtrip_lookup_and_cursors() {
         let dir = tempfile::tempdir().unwrap();
-        let counters = Arc::new(IoCounters::default());
-        let cache = Arc::new(IndexCache::new(1 << 20));
-        let mut w =
-            RunWriter::create(dir.path(), 1, 5000, IoMode::Buffered, counters.clone()).unwrap();
-        let keys: Vec<Vec<u8>> = (0..5000u32)
-            .map(|i| format!("key{:08}", i * 2).into_bytes())
+        let keys: Vec<(CollId, Vec<u8>)> = (0..5000u32)
+            .map(|i| (3, format!("key{:08}", i * 2).into_bytes()))
             .collect();
-        for (i, k) in keys.iter().enumerate() {
-            w.add(3, k, &entry(i as u64 + 1)).unwrap();
-        }
-        let run = Arc::new(w.finish(cache.clone()).unwrap());
+        let (run, counters) = write_run(dir.path(), 1, &keys, 1 << 20);
+        let cache = run.cache.clone();
+        let run = Arc::new(run);
         assert!(run.block_count() > 10);
+        let keys: Vec<Vec<u8>> = keys.into_iter().map(|(_, k)| k).collect();
         let n = AtomicU64::new(0);
         for (i, k) in keys.iter().enumerate() {
             let h = key_hash(3, k);
@@ -809,15 +825,11 @@ mod tests {
     #[test]
     fn merge_cursors_read_ahead_in_large_reads_and_verify_every_block() {
         let dir = tempfile::tempdir().unwrap();
-        let counters = Arc::new(IoCounters::default());
-        let cache = Arc::new(IndexCache::new(16 << 20));
-        let mut w =
-            RunWriter::create(dir.path(), 1, 200_000, IoMode::Buffered, counters.clone()).unwrap();
-        for i in 0..200_000u32 {
-            w.add(2, format!("k{i:08}").as_bytes(), &entry(i as u64 + 1))
-                .unwrap();
-        }
-        let run = Arc::new(w.finish(cache).unwrap());
+        let keys: Vec<(CollId, Vec<u8>)> = (0..200_000u32)
+            .map(|i| (2, format!("k{i:08}").into_bytes()))
+            .collect();
+        let (run, counters) = write_run(dir.path(), 1, &keys, 16 << 20);
+        let run = Arc::new(run);
         let walk = |mut c: RunCursor| {
             let mut out = Vec::new();
             while let Some((coll, k, e)) = c.peek() {
@@ -870,15 +882,10 @@ mod tests {
             seeks in proptest::collection::vec((0u32..5, proptest::collection::vec(0u8..4, 0..9), proptest::bool::ANY, proptest::bool::ANY), 1..12),
         ) {
             let dir = tempfile::tempdir().unwrap();
-            let counters = Arc::new(IoCounters::default());
-            let cache = Arc::new(IndexCache::new(1 << 20));
-            let mut w = RunWriter::create(dir.path(), 1, keys.len(), IoMode::Buffered, counters).unwrap();
+            let keys: Vec<(CollId, Vec<u8>)> = keys.into_iter().collect();
+            let run = Arc::new(write_run(dir.path(), 1, &keys, 1 << 20).0);
             let model: Vec<(CollId, Vec<u8>, u64)> =
                 keys.into_iter().enumerate().map(|(i, (c, k))| (c, k, i as u64 + 1)).collect();
-            for (c, k, s) in &model {
-                w.add(*c, k, &entry(*s)).unwrap();
-            }
-            let run = Arc::new(w.finish(cache).unwrap());
             for (coll, key, reverse, whole) in seeks {
                 let key = (!whole).then_some(key);
                 let mut c = RunCursor::seek(run.clone(), coll, key.as_deref(), reverse).unwrap();
@@ -904,14 +911,9 @@ mod tests {
     #[test]
     fn flipped_bits_in_a_run_file_are_detected() {
         let dir = tempfile::tempdir().unwrap();
-        let counters = Arc::new(IoCounters::default());
-        let cache = Arc::new(IndexCache::new(1 << 20));
-        let mut w =
-            RunWriter::create(dir.path(), 7, 300, IoMode::Buffered, counters.clone()).unwrap();
-        for i in 0..300u32 {
-            w.add(1, &i.to_be_bytes(), &entry(i as u64 + 1)).unwrap();
-        }
-        drop(w.finish(cache.clone()).unwrap());
+        let keys: Vec<(CollId, Vec<u8>)> =
+            (0..300u32).map(|i| (1, i.to_be_bytes().to_vec())).collect();
+        let counters = write_run(dir.path(), 7, &keys, 1 << 20).1;
         let path = run_path(dir.path(), 7);
         let orig = std::fs::read(&path).unwrap();
         let mut rng = 12345u64;

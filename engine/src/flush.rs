@@ -485,8 +485,10 @@ mod tests {
         // Holding the install lock keeps the background merge from installing.
         let install = db.inner.index_install.lock();
         round(&db, keys, 0);
+        assert_eq!(dead_bytes(&db), 0, "one run holds every key once");
+        // The second flush starts the merge in the background; it may already be
+        // publishing by the time the flush returns, so nothing is asserted here.
         round(&db, keys, 1);
-        assert_eq!(dead_bytes(&db), 0, "each run holds every key once");
         let start = Instant::now();
         while dead_bytes(&db) == 0 && start.elapsed() < Duration::from_secs(60) {
             std::thread::sleep(Duration::from_millis(10));

@@ -38,6 +38,7 @@ mod index_block;
 mod index_run;
 mod io;
 mod lock;
+mod log_io;
 mod log_writer;
 mod memtable;
 mod options;

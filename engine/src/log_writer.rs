@@ -12,7 +12,10 @@
 //!
 //! The buffer always starts at a page boundary; when it is written out, a trailing
 //! partial page stays in the buffer and is written again (with more data) next time,
-//! so every device write is 4 KiB aligned.
+//! so every device write is 4 KiB aligned. A buffer that fills up is written on the
+//! log IO thread ([`crate::log_io`]) while the writer goes on with the next one;
+//! [`LogWriter::write_buf`] (before a sync, a seal or a read of a block not yet on
+//! the file) waits for everything to land.
 
 use crate::aligned::{AlignedBuf, PAGE};
 use crate::block::{BlockBuilder, FLAG_CONTINUES, FLAG_PAD, HEADER_LEN, PAGED_MIN};
@@ -20,6 +23,7 @@ use crate::codec::{align_down, align_up};
 use crate::data_block::DataBlock;
 use crate::error::{Error, Result};
 use crate::io::{sync_dir, DataFile, IoCounters, IoMode};
+use crate::log_io::{Job, LogIo};
 use crate::options::Compression;
 use crate::record::{RecordRef, Seqno};
 use crate::segment::{encode_footer, segment_path, write_header, BlockInfo, SegId, DATA_START};
@@ -40,6 +44,8 @@ pub struct LogWriter {
     buf: AlignedBuf,
     buf_start: u64,
     buf_len: usize,
+    /// Writes full buffers in the background.
+    io: LogIo,
     open: BlockBuilder,
     /// Records of the batch in progress that sit in the open block.
     batch_in_open: usize,
@@ -135,6 +141,7 @@ impl LogWriter {
             buf,
             buf_start,
             buf_len,
+            io: LogIo::start(WRITE_BUF),
             open: BlockBuilder::default(),
             batch_in_open: 0,
             in_batch: false,
@@ -358,40 +365,54 @@ impl LogWriter {
     fn append(&mut self, mut data: &[u8]) -> Result<()> {
         while !data.is_empty() {
             if crate::aligned::fill(&mut self.buf, &mut self.buf_len, &mut data) {
-                self.write_buf()?;
+                let r = self.submit_buf();
+                self.note_io_error(r)?;
             }
         }
         Ok(())
     }
 
-    /// Writes the buffer out (padding the last page with zeros), keeping a trailing
-    /// partial page in memory to be rewritten with more data later.
+    /// Writes the buffer out (padding the last page with zeros) and waits until it and
+    /// every write before it have landed; a trailing partial page stays in memory to
+    /// be rewritten with more data later.
     pub fn write_buf(&mut self) -> Result<()> {
+        let r = self.submit_buf().and_then(|_| self.io.wait_all());
+        self.note_io_error(r)
+    }
+
+    /// Hands the buffer to the log IO thread and goes on in a fresh one that starts
+    /// with the trailing partial page.
+    fn submit_buf(&mut self) -> Result<()> {
         if self.buf_len == 0 {
             return Ok(());
         }
+        let mut next = self.io.buffer()?;
         let aligned = align_up(self.buf_len as u64, PAGE as u64) as usize;
         self.buf[self.buf_len..aligned].fill(0);
-        if let Err(e) = self
-            .seg
-            .file
-            .write_aligned(&self.buf[..aligned], self.buf_start)
-        {
+        let full = align_down(self.buf_len as u64, PAGE as u64) as usize;
+        let tail = self.buf_len - full;
+        next[..tail].copy_from_slice(&self.buf[full..self.buf_len]);
+        let buf = std::mem::replace(&mut self.buf, next);
+        self.io.submit(Job {
+            seg: self.seg.clone(),
+            buf,
+            start: self.buf_start,
+            len: self.buf_len,
+        });
+        self.buf_start += full as u64;
+        self.buf_len = tail;
+        Ok(())
+    }
+
+    /// A failed log write leaves the tail in an unknown state, except for a full disk:
+    /// the write is tried again once space is freed.
+    fn note_io_error(&mut self, r: Result<()>) -> Result<()> {
+        if let Err(e) = &r {
             if !matches!(e, Error::NoSpace { .. }) {
                 self.poisoned = Some(e.to_string());
             }
-            return Err(e);
         }
-        self.seg
-            .written_end
-            .store(self.buf_start + self.buf_len as u64, Ordering::SeqCst);
-        let full = align_down(self.buf_len as u64, PAGE as u64) as usize;
-        if full > 0 {
-            self.buf.copy_within(full..self.buf_len, 0);
-            self.buf_start += full as u64;
-            self.buf_len -= full;
-        }
-        Ok(())
+        r
     }
 
     /// Seals the open block and writes everything out; returns the segment to fsync

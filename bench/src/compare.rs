@@ -45,6 +45,9 @@ pub struct SuiteSpec {
     pub read_seconds: u64,
     pub write_seconds: u64,
     pub cache_size: u64,
+    /// Data block size both engines get (`--block_size`): db_bench's default, which
+    /// Basalt's 16 KiB default would otherwise be compared against.
+    pub block_size: usize,
     pub compression: String,
     pub seek_nexts: usize,
     pub batch_size: usize,
@@ -64,6 +67,7 @@ impl SuiteSpec {
                 read_seconds: 1,
                 write_seconds: 1,
                 cache_size: 16 << 20,
+                block_size: 4096,
                 compression: "none".into(),
                 seek_nexts: 10,
                 batch_size: 8,
@@ -78,6 +82,7 @@ impl SuiteSpec {
                 read_seconds: 60,
                 write_seconds: 60,
                 cache_size: 1 << 30,
+                block_size: 4096,
                 compression: "lz4".into(),
                 seek_nexts: 10,
                 batch_size: 8,
@@ -293,6 +298,7 @@ fn common_flags(
         format!("--compression_type={}", spec.compression),
         "--compression_ratio=0.5".into(),
         format!("--cache_size={}", spec.cache_size),
+        format!("--block_size={}", spec.block_size),
         "--threads=1".into(),
         "--seed=1".into(),
         "--histogram=1".into(),
@@ -648,6 +654,21 @@ mod tests {
                 .to_string()
                 .contains("--frob")
         );
+    }
+
+    #[test]
+    fn both_engines_get_db_bench_default_block_size() {
+        for suite in [Suite::Quick, Suite::Standard] {
+            let spec = SuiteSpec::for_suite(suite);
+            let f = common_flags(
+                &spec,
+                Path::new("db"),
+                Path::new("r.csv"),
+                "readrandom",
+                true,
+            );
+            assert!(f.contains(&"--block_size=4096".to_string()), "{f:?}");
+        }
     }
 
     #[test]

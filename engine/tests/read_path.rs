@@ -14,17 +14,25 @@ fn value(k: u64, round: u64) -> Vec<u8> {
     v
 }
 
+/// An engine with `o` in a fresh directory, holding `value(k, 0)` for keys `0..n` of
+/// collection `c`, flushed.
+fn loaded(o: Options, n: u64) -> (tempfile::TempDir, Db) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), o).unwrap();
+    let c = db.create_collection("c").unwrap();
+    for k in 0..n {
+        c.put(&k.to_be_bytes(), &value(k, 0)).unwrap();
+    }
+    db.flush().unwrap();
+    (dir, db)
+}
+
 #[test]
 fn multi_get_equals_get_for_random_batches_on_both_backends() {
     for backend in [IoBackend::IoUring, IoBackend::Psync] {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path(), opts(backend)).unwrap();
+        let (_dir, db) = loaded(opts(backend), 40_000);
         assert_eq!(db.io_backend(), backend);
-        let c = db.create_collection("c").unwrap();
-        for k in 0..40_000u64 {
-            c.put(&k.to_be_bytes(), &value(k, 0)).unwrap();
-        }
-        db.flush().unwrap();
+        let c = db.collection("c").unwrap();
         for k in (0..40_000u64).step_by(7) {
             c.delete(&k.to_be_bytes()).unwrap();
         }
@@ -66,19 +74,14 @@ fn multi_get_equals_get_for_random_batches_on_both_backends() {
 #[test]
 fn point_reads_poll_for_their_completion_unless_polling_is_off() {
     for poll in [basalt_engine::DEFAULT_READ_POLL_MICROS, 0] {
-        let dir = tempfile::tempdir().unwrap();
         let o = Options {
             read_poll_micros: poll,
             compression: Compression::None,
             ..opts(IoBackend::IoUring)
         };
-        let db = Db::open(dir.path(), o).unwrap();
-        let c = db.create_collection("c").unwrap();
         let n = 40_000u64;
-        for k in 0..n {
-            c.put(&k.to_be_bytes(), &value(k, 0)).unwrap();
-        }
-        db.flush().unwrap();
+        let (_dir, db) = loaded(o, n);
+        let c = db.collection("c").unwrap();
         let before = db.stats();
         let mut rng = Rng(9);
         for _ in 0..3000 {
@@ -116,19 +119,14 @@ fn point_reads_poll_for_their_completion_unless_polling_is_off() {
 #[test]
 fn written_blocks_enter_the_block_cache_only_with_cache_writes() {
     for cache_writes in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
         let o = Options {
             cache_writes,
             memory_budget: 64 << 20,
             ..opts(IoBackend::IoUring)
         };
-        let db = Db::open(dir.path(), o).unwrap();
-        let c = db.create_collection("c").unwrap();
         let n = 2_000u64;
-        for k in 0..n {
-            c.put(&k.to_be_bytes(), &value(k, 0)).unwrap();
-        }
-        db.flush().unwrap();
+        let (_dir, db) = loaded(o, n);
+        let c = db.collection("c").unwrap();
         let before = db.stats();
         for k in 0..n {
             assert_eq!(c.get(&k.to_be_bytes()).unwrap(), Some(value(k, 0)));

@@ -103,6 +103,7 @@ pub fn flush_all(inner: &Arc<Inner>) -> Result<()> {
 /// first so the checkpoint never points past durable garbage entries.
 pub fn write_checkpoint(inner: &Inner, meta: &MetaState) -> Result<()> {
     let deletes_len = inner.garbage.lock().persist()?;
+    crate::failpoint::pause("checkpoint-after-deletes-sync");
     let v = inner.version.read().clone();
     let replay_from = v.imm.last().map(|m| m.start).unwrap_or(v.active.start);
     let segments: Vec<_> = inner.segments.read().keys().copied().collect();
@@ -145,16 +146,33 @@ fn publish_dead(inner: &Inner, dead: &mut Vec<DeadRecord>) {
         .add(dead.drain(..).filter(|d| segs.contains_key(&d.seg)));
 }
 
-/// After an index change: records the versions it dropped in the delete list (those of
-/// live segments), then writes the checkpoint that installs the change; the delete list
-/// is synced first (see `write_checkpoint`).
-fn record_dead_and_checkpoint(inner: &Inner, dead: Vec<DeadRecord>, purged: u64) -> Result<()> {
+/// Installs an index change (`install` makes the new version from the current one),
+/// records the versions it dropped in the delete list (those of live segments) and
+/// writes the checkpoint that makes it durable (the delete list is synced first, see
+/// `write_checkpoint`), all under `meta`, which every checkpoint holds.
+///
+/// Installing before taking `meta` let another thread's checkpoint fall between the
+/// install and the recording: it listed the new runs without the dead versions they
+/// leave behind, and after a crash there nothing found those again (a change the
+/// checkpoint lists is not redone). GC then copied a version that a dropped tombstone
+/// had been hiding, and a deleted key came back (the crash harness, with checkpoints
+/// paused after their delete-list sync, found it within a hundred kills).
+fn install_and_checkpoint(
+    inner: &Inner,
+    install: impl FnOnce(&Version) -> Version,
+    dead: Vec<DeadRecord>,
+    purged: u64,
+) -> Result<()> {
+    let mut meta = inner.meta.lock();
+    {
+        let mut ver = inner.version.write();
+        *ver = Arc::new(install(&ver));
+    }
     let segs = inner.segments.read().clone();
     inner
         .garbage
         .lock()
         .add(dead.into_iter().filter(|d| segs.contains_key(&d.seg)));
-    let mut meta = inner.meta.lock();
     meta.purge_seqno = meta.purge_seqno.max(purged);
     write_checkpoint(inner, &meta)
 }
@@ -293,20 +311,19 @@ pub fn flush_one(inner: &Arc<Inner>) -> Result<bool> {
     })?;
     let run = Arc::new(w.finish(inner.index_cache.clone())?);
     let keep_run = written > 0;
-    {
-        let mut ver = inner.version.write();
+    let install = |ver: &Version| {
         let imm: Vec<_> = ver.imm.iter().filter(|m| m.id != mt.id).cloned().collect();
         let mut runs = ver.runs.clone();
         if keep_run {
             runs.insert(0, run.clone());
         }
-        *ver = Arc::new(Version {
+        Version {
             active: ver.active.clone(),
             imm,
             runs,
-        });
-    }
-    record_dead_and_checkpoint(inner, dead, purged)?;
+        }
+    };
+    install_and_checkpoint(inner, install, dead, purged)?;
     if !keep_run {
         run.mark_obsolete();
     }
@@ -462,8 +479,7 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
     }
     let run = Arc::new(w.finish(inner.index_cache.clone())?);
     let _install = gc_held.unwrap_or_else(|| inner.index_install.lock());
-    {
-        let mut ver = inner.version.write();
+    let install = |ver: &Version| {
         let ids: Vec<u64> = inputs.iter().map(|r| r.id).collect();
         let mut runs: Vec<Arc<Run>> = Vec::new();
         let mut placed = false;
@@ -477,14 +493,14 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
                 runs.push(r.clone());
             }
         }
-        *ver = Arc::new(Version {
+        Version {
             active: ver.active.clone(),
             imm: ver.imm.clone(),
             runs,
-        });
-    }
+        }
+    };
     dead.append(&mut shadowed);
-    record_dead_and_checkpoint(inner, dead, purged)?;
+    install_and_checkpoint(inner, install, dead, purged)?;
     for r in &inputs {
         r.mark_obsolete();
     }

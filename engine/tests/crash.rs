@@ -5,7 +5,10 @@
 //! key came back, and `check` passes. Values are 50-750 bytes, one in 40 over 16 KiB
 //! (a paged block). One batch in 25 is larger than the writer's 1 MiB buffer, so it
 //! reaches the file in pieces and a kill can leave some of its blocks written and the
-//! rest not (recovery must discard all of them).
+//! rest not (recovery must discard all of them). In every other cycle the child's
+//! checkpoints pause 3 ms between syncing the delete list and reading the index
+//! (`BASALT_FAILPOINT_PAUSE`): an index change installed in that window used to be
+//! listed without its dead versions, and deleted keys came back after a kill.
 //!
 //! Cycles: 300 by default, `BASALT_CRASH_CYCLES` to change (e.g. under `make bench`).
 
@@ -21,6 +24,10 @@ const KEYS: u64 = 300;
 const BIG_KEYS: u64 = 2000;
 /// Large batches write at least this much (more than the writer's 1 MiB buffer).
 const BIG_BATCH_MIN_BYTES: usize = (1 << 20) + (64 << 10);
+
+/// The pause widening the window between a checkpoint's delete-list sync and its read
+/// of the index, where another thread's index change could be installed.
+const CHECKPOINT_PAUSE: &str = "checkpoint-after-deletes-sync:3";
 
 /// One batch in this many is large.
 const BIG_EVERY: u64 = 25;
@@ -159,8 +166,12 @@ fn diff(got: &Model, want: &Model) -> String {
             _ => {}
         }
     }
-    for k in got.keys().filter(|k| !want.contains_key(*k)) {
-        out.push(format!("extra {:?}", (k.0, String::from_utf8_lossy(&k.1))));
+    for (k, g) in got.iter().filter(|(k, _)| !want.contains_key(*k)) {
+        out.push(format!(
+            "extra {:?} = {:?}",
+            (k.0, String::from_utf8_lossy(&k.1)),
+            String::from_utf8_lossy(&g[..g.len().min(12)])
+        ));
     }
     out.truncate(8);
     out.join("; ")
@@ -230,6 +241,10 @@ fn crash_cycles(backend_name: &str) {
             .env("BASALT_CRASH_CHILD_DIR", dir.path())
             .env("BASALT_CRASH_FIRST_BATCH", next_batch.to_string())
             .env("BASALT_CRASH_BACKEND", backend_name)
+            .env(
+                "BASALT_FAILPOINT_PAUSE",
+                if cycle % 2 == 1 { CHECKPOINT_PAUSE } else { "" },
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::from(std::fs::File::create(&child_log).unwrap()))
             .spawn()
@@ -298,7 +313,9 @@ fn crash_cycles(backend_name: &str) {
             apply(&mut with, id);
             assert!(
                 got == with,
-                "cycle {cycle}: batch {id} in flight is partially applied, or an acknowledged write was lost: {}",
+                "cycle {cycle}: batch {id} in flight is partially applied, or an acknowledged write was lost: \
+                 against the writes before it: {}; against those and batch {id}: {}",
+                diff(&got, &model),
                 diff(&got, &with)
             );
             model = with;

@@ -124,38 +124,61 @@ fn read_chunks(blocks: &[BlockInfo]) -> Vec<Range<usize>> {
     out
 }
 
-/// Reads blocks `range` of a sealed segment in one aligned read and hands every record
-/// to `f` (checksums verified; nothing is copied out of the chunk).
-fn read_chunk(
-    inner: &Inner,
-    seg: &Segment,
-    blocks: &[BlockInfo],
-    range: Range<usize>,
-    mut f: impl FnMut(RecordRef<'_>) -> Result<()>,
-) -> Result<()> {
-    let blocks = &blocks[range];
+/// Chunks read ahead of the one being parsed, on a reader thread: a victim is read
+/// while the previous chunk is decoded and copied, not one 1 MiB read at a time.
+const CHUNKS_AHEAD: usize = 2;
+
+/// Live user writes of a victim kept in memory from the first pass for the second, at
+/// most this many bytes (and a sixteenth of the memory budget); the chunks holding any
+/// beyond are read again.
+const KEEP_USERS_MAX: u64 = 16 << 20;
+
+/// Blocks `range` of a segment, read in one aligned read: the buffer, its file offset
+/// and the bytes read.
+struct Chunk {
+    buf: AlignedBuf,
+    start: u64,
+    len: usize,
+}
+
+fn fetch_chunk(inner: &Inner, seg: &Segment, blocks: &[BlockInfo]) -> Result<Chunk> {
     let (Some(first), Some(last)) = (blocks.first(), blocks.last()) else {
-        return Ok(());
+        return Ok(Chunk {
+            buf: AlignedBuf::zeroed(0),
+            start: 0,
+            len: 0,
+        });
     };
     let start = align_down(first.off, PAGE as u64);
     let end = align_up(last.off + last.len as u64, PAGE as u64);
     let mut buf = AlignedBuf::zeroed((end - start) as usize);
-    let n = seg.file.read_full(&mut buf, start)?;
+    let len = seg.file.read_full(&mut buf, start)?;
     inner
         .stats
         .gc_bytes_read
-        .fetch_add(n as u64, Ordering::Relaxed);
+        .fetch_add(len as u64, Ordering::Relaxed);
+    Ok(Chunk { buf, start, len })
+}
+
+/// Hands every record of `blocks`, read into `chunk`, to `f` (checksums verified;
+/// nothing is copied out of the chunk).
+fn parse_chunk(
+    seg: &Segment,
+    blocks: &[BlockInfo],
+    chunk: &Chunk,
+    mut f: impl FnMut(RecordRef<'_>) -> Result<()>,
+) -> Result<()> {
     for b in blocks {
-        let s = (b.off - start) as usize;
+        let s = (b.off - chunk.start) as usize;
         let e = s + b.len as usize;
-        if e > n {
+        if e > chunk.len {
             return Err(Error::corruption(
                 seg.file.path(),
                 b.off,
                 "block extends past the end of the file",
             ));
         }
-        let (_, raw) = crate::block::decode(&buf[s..e], seg.file.path(), b.off)?;
+        let (_, raw) = crate::block::decode(&chunk.buf[s..e], seg.file.path(), b.off)?;
         for item in RecordIter::new(&raw) {
             let (_, r) = item.map_err(|at| Error::malformed_record(seg.file.path(), b.off, at))?;
             f(r)?;
@@ -164,16 +187,80 @@ fn read_chunk(
     Ok(())
 }
 
+/// Reads blocks `range` of a sealed segment in one aligned read and hands every record
+/// to `f`.
+#[cfg(test)]
+fn read_chunk(
+    inner: &Inner,
+    seg: &Segment,
+    blocks: &[BlockInfo],
+    range: Range<usize>,
+    f: impl FnMut(RecordRef<'_>) -> Result<()>,
+) -> Result<()> {
+    let chunk = fetch_chunk(inner, seg, &blocks[range.clone()])?;
+    parse_chunk(seg, &blocks[range], &chunk, f)
+}
+
+/// Hands every record of the chunks `ranges` of a sealed segment, in order, to `f`
+/// with the index of its chunk in `ranges`. A reader thread keeps up to
+/// `CHUNKS_AHEAD` chunks read ahead; it stops at the first error, either side's.
+fn for_each_chunk(
+    inner: &Inner,
+    seg: &Segment,
+    blocks: &[BlockInfo],
+    ranges: &[Range<usize>],
+    mut f: impl FnMut(usize, RecordRef<'_>) -> Result<()>,
+) -> Result<()> {
+    if ranges.len() < 2 {
+        for (i, r) in ranges.iter().enumerate() {
+            let chunk = fetch_chunk(inner, seg, &blocks[r.clone()])?;
+            parse_chunk(seg, &blocks[r.clone()], &chunk, |rec| f(i, rec))?;
+        }
+        return Ok(());
+    }
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::sync_channel(CHUNKS_AHEAD);
+        std::thread::Builder::new()
+            .name("basalt-gc-read".into())
+            .spawn_scoped(s, move || {
+                for r in ranges {
+                    let got = fetch_chunk(inner, seg, &blocks[r.clone()]);
+                    let failed = got.is_err();
+                    // A closed channel: the parser stopped at an error.
+                    if tx.send(got).is_err() || failed {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| Error::io(seg.file.path(), e))?;
+        for (i, got) in rx.into_iter().enumerate() {
+            let chunk = got?;
+            parse_chunk(seg, &blocks[ranges[i].clone()], &chunk, |rec| f(i, rec))?;
+        }
+        Ok(())
+    })
+}
+
+/// How many bytes of live user writes GC keeps from a victim's first pass.
+fn keep_users_limit(inner: &Inner) -> u64 {
+    (inner.opts.memory_budget / 16).min(KEEP_USERS_MAX)
+}
+
 /// Collects one segment if GC is due (or the best candidate with `force`).
 /// Returns whether a segment was collected.
 ///
-/// Copies are made in seqno order with one chunk of the victim in memory, reading it at
-/// most twice. A segment holds user writes and the copies of at most one GC run, each
-/// in seqno order in the file, and every copy is older than every user write beside it
-/// (copies come from segments sealed before this one was started). So the first pass
-/// copies the GC copies as it meets them and notes which chunks hold live user
-/// writes; the second reads those chunks again and copies the user writes.
+/// Copies are made in seqno order, reading the victim once or, where its live user
+/// writes are many, partly twice. A segment holds user writes and the copies of at
+/// most one GC run, each in seqno order in the file, and every copy is older than every
+/// user write beside it (copies come from segments sealed before this one was started).
+/// So the first pass copies the GC copies as it meets them and keeps the live user
+/// writes, up to `keep_users_limit` bytes; the second copies those, then reads the
+/// chunks holding the rest again (all after the kept ones in the file) and copies them.
 pub fn gc_once(inner: &Arc<Inner>, force: bool) -> Result<bool> {
+    gc_once_keeping(inner, force, keep_users_limit(inner))
+}
+
+fn gc_once_keeping(inner: &Arc<Inner>, force: bool, keep_limit: u64) -> Result<bool> {
     if inner.read_only {
         return Ok(false);
     }
@@ -207,30 +294,46 @@ pub fn gc_once(inner: &Arc<Inner>, force: bool) -> Result<bool> {
         last: None,
         out_of_order: 0,
     };
-    let mut user_chunks = Vec::new();
-    for range in &chunks {
-        let mut users = false;
-        read_chunk(inner, &victim, &blocks, range.clone(), |r| {
-            if keep(&r) {
-                if r.reloc {
-                    return copier.add(r);
-                }
-                users = true;
+    // Chunks holding live user writes, in file order, with those writes where they
+    // fit in `keep_limit` (once one does not, no later chunk keeps its writes either,
+    // so kept writes all come before those read again).
+    let mut user_chunks: Vec<(usize, Option<Vec<OwnedRecord>>)> = Vec::new();
+    let mut kept = 0u64;
+    for_each_chunk(inner, &victim, &blocks, &chunks, |i, r| {
+        if !keep(&r) {
+            return Ok(());
+        }
+        if r.reloc {
+            return copier.add(OwnedRecord::from(r));
+        }
+        if user_chunks.last().is_none_or(|(c, _)| *c != i) {
+            let full = user_chunks.last().is_some_and(|(_, recs)| recs.is_none());
+            user_chunks.push((i, (!full).then(Vec::new)));
+        }
+        let slot = &mut user_chunks.last_mut().expect("pushed above").1;
+        if let Some(recs) = slot {
+            kept += (r.key.len() + r.value.len() + 16) as u64;
+            if kept > keep_limit {
+                *slot = None;
+            } else {
+                recs.push(OwnedRecord::from(r));
             }
-            Ok(())
-        })?;
-        if users {
-            user_chunks.push(range.clone());
+        }
+        Ok(())
+    })?;
+    let mut again = Vec::new();
+    for (i, recs) in user_chunks {
+        match recs {
+            Some(recs) => recs.into_iter().try_for_each(|r| copier.add(r))?,
+            None => again.push(chunks[i].clone()),
         }
     }
-    for range in user_chunks {
-        read_chunk(inner, &victim, &blocks, range, |r| {
-            if keep(&r) && !r.reloc {
-                return copier.add(r);
-            }
-            Ok(())
-        })?;
-    }
+    for_each_chunk(inner, &victim, &blocks, &again, |_, r| {
+        if keep(&r) && !r.reloc {
+            return copier.add(OwnedRecord::from(r));
+        }
+        Ok(())
+    })?;
     copier.flush()?;
     if copier.out_of_order > 0 {
         tracing::warn!(
@@ -273,13 +376,13 @@ struct Copier<'a> {
 }
 
 impl Copier<'_> {
-    fn add(&mut self, r: RecordRef<'_>) -> Result<()> {
+    fn add(&mut self, r: OwnedRecord) -> Result<()> {
         if self.last.is_some_and(|l| r.seqno <= l) {
             self.out_of_order += 1;
         }
         self.last = Some(r.seqno);
         self.piece_bytes += r.key.len() + r.value.len() + 16;
-        self.piece.push(OwnedRecord::from(r));
+        self.piece.push(r);
         if self.piece_bytes >= GC_COMMIT_BYTES {
             self.flush()?;
         }
@@ -415,10 +518,11 @@ mod tests {
     }
 
     /// A victim written while GC ran holds user writes and another GC run's copies
-    /// interleaved. GC still copies in seqno order, and reads each victim at most twice
-    /// although it keeps only one 1 MiB chunk of it in memory.
+    /// interleaved. GC still copies in seqno order, whether it keeps a victim's live
+    /// user writes from its first pass (read once), keeps none (the chunks holding
+    /// them read twice) or runs out of room for them part way.
     #[test]
-    fn gc_copies_in_seqno_order_and_reads_each_victim_at_most_twice() {
+    fn gc_copies_in_seqno_order_reading_a_victim_once_when_its_user_writes_fit() {
         let dir = tempfile::tempdir().unwrap();
         let db = open_db(dir.path(), 4 << 20, 32 << 20);
         let c = db.create_collection("c").unwrap();
@@ -467,21 +571,37 @@ mod tests {
             mixed > 0,
             "no segment interleaves user writes and GC copies: the test did not set up its case"
         );
-        let before = db.stats();
+        // (bytes of victims, bytes read) per limit on kept user writes.
+        let limits = [0, 512 << 10, u64::MAX];
+        let mut totals = [(0u64, 0u64); 3];
         let mut collected = 0;
-        while db.gc_force_one().unwrap() {
+        loop {
+            let phase = (collected / 2).min(2);
+            let before = db.stats();
+            if !super::gc_once_keeping(&db.inner, true, limits[phase]).unwrap() {
+                break;
+            }
+            let after = db.stats();
+            totals[phase].0 += after.gc_bytes_reclaimed - before.gc_bytes_reclaimed;
+            totals[phase].1 += after.gc_bytes_read - before.gc_bytes_read;
             collected += 1;
         }
-        let after = db.stats();
-        let read = after.gc_bytes_read - before.gc_bytes_read;
-        let victims = after.gc_bytes_reclaimed - before.gc_bytes_reclaimed;
         println!(
-            "{mixed} segment(s) interleaved user writes and copies; collected {collected} segments of {victims} bytes, reading {read} bytes"
+            "{mixed} segment(s) interleaved user writes and copies; collected {collected} segments; (victim bytes, bytes read) keeping none, 512 KiB, all of their user writes: {totals:?}"
         );
-        assert!(collected > 0);
+        assert!(collected > 4, "every limit was tried");
+        let [none, part, all] = totals;
         assert!(
-            read <= 2 * victims,
-            "GC read {read} bytes of victims {victims} bytes long"
+            none.1 > none.0 && none.1 <= 2 * none.0,
+            "keeping nothing, chunks with user writes are read twice: {none:?}"
+        );
+        assert!(
+            part.1 > part.0 && part.1 + (1 << 20) <= 2 * part.0,
+            "keeping 512 KiB, the first chunks are read once, the rest again: {part:?}"
+        );
+        assert!(
+            all.1 <= all.0,
+            "keeping all, a victim is read once: {all:?}"
         );
         for recs in records_in_file_order(&db) {
             assert!(

@@ -13,8 +13,9 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"BSLTCKP1";
-/// Checkpoint format version written by this build.
-pub const CHECKPOINT_VERSION: u32 = 1;
+/// Checkpoint format version written by this build (2 added `deletes_gen`; version 1
+/// is read as generation 0).
+pub const CHECKPOINT_VERSION: u32 = 2;
 
 /// A position in the log: segment and byte offset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -36,6 +37,9 @@ pub struct Checkpoint {
     pub segments: Vec<SegId>,
     /// Valid length of the delete list.
     pub deletes_len: u64,
+    /// Generation of the delete list's file (`DELETES`, then `DELETES.<gen>`).
+    #[serde(default)]
+    pub deletes_gen: u64,
     pub next_run_id: u64,
     pub catalog: Catalog,
     /// Deletes older than this seqno may be missing from the change feed.
@@ -63,7 +67,7 @@ pub fn decode(b: &[u8], path: &Path) -> Result<Checkpoint> {
         return Err(bad(0, "bad magic"));
     }
     let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
-    if version != CHECKPOINT_VERSION {
+    if !(1..=CHECKPOINT_VERSION).contains(&version) {
         return Err(Error::FormatVersion {
             file: path.to_path_buf(),
             found: version,
@@ -107,6 +111,7 @@ mod tests {
             runs: vec![5, 2],
             segments: vec![1, 3],
             deletes_len: 100,
+            deletes_gen: 2,
             next_run_id: 6,
             catalog: Catalog::new(),
             purge_seqno: 0,

@@ -7,7 +7,7 @@ use crate::catalog::{Catalog, CatalogOp};
 use crate::checkpoint::{self, Checkpoint, LogPos};
 use crate::entry::{IndexEntry, Location};
 use crate::error::{Error, Result};
-use crate::garbage::{DeadRecord, GarbageMap};
+use crate::garbage::{DeadRecord, DeletesPos, GarbageMap};
 use crate::index_run::{parse_run_name, run_path, IndexCache, Run};
 use crate::io::{probe_direct_io, DataFile, IoCounters, IoMode};
 use crate::lock::DirLock;
@@ -320,6 +320,7 @@ impl Db {
                     runs: vec![],
                     segments: vec![],
                     deletes_len: 0,
+                    deletes_gen: 0,
                     next_run_id: 1,
                     catalog: Catalog::new(),
                     purge_seqno: 0,
@@ -548,9 +549,13 @@ impl Db {
 
         let mut garbage = GarbageMap::open(
             dir,
-            ckpt.deletes_len,
+            DeletesPos {
+                gen: ckpt.deletes_gen,
+                len: ckpt.deletes_len,
+            },
             |s| segments.contains_key(&s),
             read_only,
+            counters.clone(),
         )?;
         garbage.add(
             replay_dead

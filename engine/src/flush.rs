@@ -102,7 +102,7 @@ pub fn flush_all(inner: &Arc<Inner>) -> Result<()> {
 /// Writes the checkpoint describing the current state. The delete list is synced
 /// first so the checkpoint never points past durable garbage entries.
 pub fn write_checkpoint(inner: &Inner, meta: &MetaState) -> Result<()> {
-    let deletes_len = inner.garbage.lock().persist()?;
+    let deletes = inner.garbage.lock().persist()?;
     crate::failpoint::pause("checkpoint-after-deletes-sync");
     let v = inner.version.read().clone();
     let replay_from = v.imm.last().map(|m| m.start).unwrap_or(v.active.start);
@@ -114,12 +114,15 @@ pub fn write_checkpoint(inner: &Inner, meta: &MetaState) -> Result<()> {
         replay_from,
         runs: v.runs.iter().map(|r| r.id).collect(),
         segments,
-        deletes_len,
+        deletes_len: deletes.len,
+        deletes_gen: deletes.gen,
         next_run_id: meta.next_run_id,
         catalog: inner.catalog.read().clone(),
         purge_seqno: meta.purge_seqno,
     };
-    checkpoint::write(&inner.dir, &c, &inner.counters)
+    checkpoint::write(&inner.dir, &c, &inner.counters)?;
+    inner.garbage.lock().remove_superseded();
+    Ok(())
 }
 
 /// Whether any memtable other than `skip` holds a version of the key. A tombstone

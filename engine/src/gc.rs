@@ -433,7 +433,7 @@ fn retire(inner: &Inner, id: SegId) -> Result<()> {
         *segs = Arc::new(m);
         v
     };
-    inner.garbage.lock().forget(id);
+    let dead = inner.garbage.lock().forget(id);
     if let Err(e) = write_checkpoint(inner, &meta) {
         // Put it back: the old checkpoint still lists it.
         if let Some(v) = victim {
@@ -441,6 +441,9 @@ fn retire(inner: &Inner, id: SegId) -> Result<()> {
             let mut m = (**segs).clone();
             m.insert(id, v);
             *segs = Arc::new(m);
+        }
+        if let Some(d) = dead {
+            inner.garbage.lock().restore(id, d);
         }
         return Err(e);
     }

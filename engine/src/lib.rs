@@ -117,6 +117,6 @@ pub mod decoders {
     }
     /// Decodes a delete list.
     pub fn delete_list(b: &[u8]) {
-        let _ = crate::garbage::decode_entries(b, Path::new("fuzz"));
+        let _ = crate::garbage::decode_items(b, Path::new("fuzz"));
     }
 }

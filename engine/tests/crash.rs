@@ -109,6 +109,19 @@ fn batch_ops(id: u64) -> Vec<(usize, Vec<u8>, Option<Vec<u8>>)> {
     ops
 }
 
+/// The highest generation of the delete list's file in `dir` (`DELETES.<gen>`; 0 for
+/// `DELETES`).
+fn delete_list_generation(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name();
+            name.to_str()?.strip_prefix("DELETES.")?.parse().ok()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// Child entry point: only active when spawned by the parent with the env var set.
 #[test]
 fn crash_child_entry() {
@@ -229,6 +242,7 @@ fn crash_cycles(backend_name: &str) {
     let mut rng = Rng(0xC0FFEE ^ std::process::id() as u64);
     let (mut in_flight_applied, mut in_flight_lost, mut total_acked) = (0, 0, 0);
     let (mut big_acked, mut big_in_flight) = (0, 0);
+    let mut deletes_gen = 0;
     let child_log = dir.path().join("child-stderr.log");
     for cycle in 0..cycles {
         let mut child = Command::new(&exe)
@@ -304,6 +318,7 @@ fn crash_cycles(backend_name: &str) {
         };
         let db = Db::open(dir.path(), reopen_opts)
             .unwrap_or_else(|e| panic!("cycle {cycle}: reopen failed: {e}"));
+        deletes_gen = deletes_gen.max(delete_list_generation(dir.path()));
         let got = read_all(&db);
         if got != model {
             let id = in_flight.unwrap_or_else(|| {
@@ -337,8 +352,13 @@ fn crash_cycles(backend_name: &str) {
     println!(
         "crash harness ({backend_name}): {cycles} kill -9 cycles, {total_acked} acknowledged batches all present; \
          in-flight batch applied {in_flight_applied}x, absent {in_flight_lost}x; {} live keys at the end; \
-         batches over 1 MiB: {big_acked} acknowledged, {big_in_flight} in flight at the kill",
+         batches over 1 MiB: {big_acked} acknowledged, {big_in_flight} in flight at the kill; \
+         delete list rewritten whole up to generation {deletes_gen}",
         model.len()
+    );
+    assert!(
+        deletes_gen > 0,
+        "the delete list was never rewritten whole, so no kill could land around it"
     );
     assert!(
         big_in_flight > 0,

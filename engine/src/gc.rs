@@ -187,20 +187,6 @@ fn parse_chunk(
     Ok(())
 }
 
-/// Reads blocks `range` of a sealed segment in one aligned read and hands every record
-/// to `f`.
-#[cfg(test)]
-fn read_chunk(
-    inner: &Inner,
-    seg: &Segment,
-    blocks: &[BlockInfo],
-    range: Range<usize>,
-    f: impl FnMut(RecordRef<'_>) -> Result<()>,
-) -> Result<()> {
-    let chunk = fetch_chunk(inner, seg, &blocks[range.clone()])?;
-    parse_chunk(seg, &blocks[range], &chunk, f)
-}
-
 /// Hands every record of the chunks `ranges` of a sealed segment, in order, to `f`
 /// with the index of its chunk in `ranges`. A reader thread keeps up to
 /// `CHUNKS_AHEAD` chunks read ahead; it stops at the first error, either side's.
@@ -211,10 +197,12 @@ fn for_each_chunk(
     ranges: &[Range<usize>],
     mut f: impl FnMut(usize, RecordRef<'_>) -> Result<()>,
 ) -> Result<()> {
+    let mut parse = |i: usize, chunk: Result<Chunk>| {
+        parse_chunk(seg, &blocks[ranges[i].clone()], &chunk?, |rec| f(i, rec))
+    };
     if ranges.len() < 2 {
         for (i, r) in ranges.iter().enumerate() {
-            let chunk = fetch_chunk(inner, seg, &blocks[r.clone()])?;
-            parse_chunk(seg, &blocks[r.clone()], &chunk, |rec| f(i, rec))?;
+            parse(i, fetch_chunk(inner, seg, &blocks[r.clone()]))?;
         }
         return Ok(());
     }
@@ -233,11 +221,9 @@ fn for_each_chunk(
                 }
             })
             .map_err(|e| Error::io(seg.file.path(), e))?;
-        for (i, got) in rx.into_iter().enumerate() {
-            let chunk = got?;
-            parse_chunk(seg, &blocks[ranges[i].clone()], &chunk, |rec| f(i, rec))?;
-        }
-        Ok(())
+        rx.into_iter()
+            .enumerate()
+            .try_for_each(|(i, got)| parse(i, got))
     })
 }
 
@@ -455,7 +441,7 @@ fn retire(inner: &Inner, id: SegId) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{read_chunk, read_chunks};
+    use super::{for_each_chunk, read_chunks};
     use crate::{Db, Options};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{mpsc, Arc};
@@ -492,13 +478,11 @@ mod tests {
             .map(|seg| {
                 let blocks = seg.blocks.read().clone();
                 let mut recs = Vec::new();
-                for range in read_chunks(&blocks) {
-                    read_chunk(&db.inner, seg, &blocks, range, |r| {
-                        recs.push((r.reloc, r.seqno));
-                        Ok(())
-                    })
-                    .unwrap();
-                }
+                for_each_chunk(&db.inner, seg, &blocks, &read_chunks(&blocks), |_, r| {
+                    recs.push((r.reloc, r.seqno));
+                    Ok(())
+                })
+                .unwrap();
                 recs
             })
             .collect()

@@ -89,14 +89,79 @@ impl Bloom {
     }
 }
 
+/// Builds a filter from a stream of key hashes, setting each hash's bits only after
+/// [`INSERT_AHEAD`] more have arrived, its cache line prefetched meanwhile. A merge's
+/// filter (millions of keys, megabytes of bits) is far larger than the CPU caches and
+/// the hashes are random, so setting bits at once cost one memory stall per key:
+/// ~20% of a merge thread's time in an overwrite.
+pub struct BloomBuilder {
+    bloom: Bloom,
+    pending: [u64; INSERT_AHEAD],
+    added: usize,
+}
+
+/// Hashes a [`BloomBuilder`] holds while their lines are fetched.
+const INSERT_AHEAD: usize = 16;
+
+impl BloomBuilder {
+    /// A builder sized as [`Bloom::with_capacity`].
+    pub fn with_capacity(keys: usize, bits_per_key: usize) -> BloomBuilder {
+        BloomBuilder {
+            bloom: Bloom::with_capacity(keys, bits_per_key),
+            pending: [0; INSERT_AHEAD],
+            added: 0,
+        }
+    }
+
+    /// Adds a key hash.
+    pub fn insert(&mut self, h: u64) {
+        let slot = self.added % INSERT_AHEAD;
+        if self.added >= INSERT_AHEAD {
+            self.bloom.insert(self.pending[slot]);
+        }
+        self.pending[slot] = h;
+        self.added += 1;
+        self.bloom.prefetch(h);
+    }
+
+    /// The filter holding every hash added so far.
+    pub fn bloom(&mut self) -> &Bloom {
+        for i in self.added.saturating_sub(INSERT_AHEAD)..self.added {
+            self.bloom.insert(self.pending[i % INSERT_AHEAD]);
+        }
+        self.added = 0;
+        &self.bloom
+    }
+}
+
+impl Bloom {
+    /// Asks the CPU to fetch the cache line holding `h`'s bits.
+    fn prefetch(&self, h: u64) {
+        let word = (line_of(h, self.nbits) * LINE_BITS / 64) as usize;
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is only a hint; it never faults or changes memory, and
+        // `word` is in bounds (`line_of` is below `nbits / LINE_BITS`) in any case.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(self.bits.as_ptr().add(word) as *const i8);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = word;
+    }
+}
+
 /// Bits in one block: a 64-byte cache line.
 const LINE_BITS: u64 = 512;
+
+/// The block (cache line) holding a key's bits.
+fn line_of(h: u64, nbits: u64) -> u64 {
+    ((h >> 32) * (nbits / LINE_BITS)) >> 32
+}
 
 /// Bit positions of a key: the high half of the hash picks the block (multiply-shift,
 /// no division), the low half steps through it by an odd stride.
 fn probes(h: u64, k: u8, nbits: u64) -> impl Iterator<Item = u64> {
-    let line = ((h >> 32) * (nbits / LINE_BITS)) >> 32;
-    let base = line * LINE_BITS;
+    let base = line_of(h, nbits) * LINE_BITS;
     let start = h as u32;
     let delta = start.rotate_right(17) | 1;
     (0..k as u32)
@@ -157,6 +222,29 @@ mod tests {
     }
 
     proptest! {
+        /// The builder sets its last hashes' bits late; whatever the count (below,
+        /// at and above the prefetch window), its filter is bit for bit the direct one.
+        #[test]
+        fn a_builder_makes_the_same_filter_as_inserting_at_once(
+            hashes in proptest::collection::vec(any::<u64>(), 0..70),
+            split in 0usize..70,
+        ) {
+            let direct = Bloom::build(&hashes, 10);
+            let mut b = BloomBuilder::with_capacity(hashes.len(), 10);
+            let split = split.min(hashes.len());
+            for &h in &hashes[..split] {
+                b.insert(h);
+            }
+            // Reading the filter midway sets the pending bits; adding goes on after.
+            prop_assert!(hashes[..split].iter().all(|&h| b.bloom().may_contain(h)));
+            for &h in &hashes[split..] {
+                b.insert(h);
+            }
+            let built = b.bloom();
+            prop_assert_eq!(&built.bits, &direct.bits);
+            prop_assert_eq!((built.nbits, built.k), (direct.nbits, direct.k));
+        }
+
         #[test]
         fn bloom_decoder_survives_arbitrary_bytes(b in proptest::collection::vec(any::<u8>(), 0..200)) {
             if let Some(bl) = Bloom::decode(&b) { let _ = bl.may_contain(42); }

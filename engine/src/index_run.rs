@@ -10,7 +10,7 @@
 //! entries:u64 | min_seqno:u64 | max_seqno:u64 | meta_crc:u32 | footer_crc:u32`.
 
 use crate::aligned::{AlignedBuf, PAGE};
-use crate::bloom::{key_hash, Bloom};
+use crate::bloom::{key_hash, Bloom, BloomBuilder};
 use crate::cache::ClockCache;
 use crate::codec::{align_up, Reader};
 use crate::entry::IndexEntry;
@@ -59,7 +59,7 @@ pub struct RunWriter {
     block: BlockBuilder,
     block_first: Option<(CollId, Box<[u8]>)>,
     index: Vec<(CollId, Box<[u8]>, u64, u32)>,
-    bloom: Bloom,
+    bloom: BloomBuilder,
     entries: u64,
     min_seqno: Seqno,
     max_seqno: Seqno,
@@ -86,7 +86,7 @@ impl RunWriter {
             block: BlockBuilder::default(),
             block_first: None,
             index: Vec::new(),
-            bloom: Bloom::with_capacity(expected, BLOOM_BITS_PER_KEY),
+            bloom: BloomBuilder::with_capacity(expected, BLOOM_BITS_PER_KEY),
             entries: 0,
             min_seqno: u64::MAX,
             max_seqno: 0,
@@ -149,7 +149,7 @@ impl RunWriter {
             meta.extend_from_slice(&pages.to_le_bytes());
         }
         let meta_len = meta.len() as u64;
-        self.bloom.encode(&mut meta);
+        self.bloom.bloom().encode(&mut meta);
         let bloom_len = meta.len() as u64 - meta_len;
         let meta_off = self.file_off + self.buf_len as u64;
         let meta_crc = crc32c::crc32c(&meta);

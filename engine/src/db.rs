@@ -88,13 +88,13 @@ pub(crate) struct Inner {
     pub catalog: RwLock<Catalog>,
     pub garbage: Mutex<GarbageMap>,
     pub meta: Mutex<MetaState>,
-    /// Held while flushing a memtable (and by GC while it inserts copies).
+    /// Held while flushing a memtable.
     pub flush_lock: Mutex<()>,
     /// Serializes merges (a merge runs without blocking GC; see `index_install`).
     pub merge_lock: Mutex<()>,
     /// Held by GC while it re-checks dead records and inserts copies, and by a merge
-    /// while it installs its run, and from its first dropped entry on (see
-    /// `flush::maybe_merge`).
+    /// or flush while it installs its run, and from its first dropped entry on (see
+    /// `flush::maybe_merge`; a flush that may drop entries holds it throughout).
     pub index_install: Mutex<()>,
     pub gc_lock: Mutex<()>,
     pub data_cache: Arc<DataCache>,

@@ -127,7 +127,7 @@ pub fn write_checkpoint(inner: &Inner, meta: &MetaState) -> Result<()> {
 
 /// Whether any memtable other than `skip` holds a version of the key. A tombstone
 /// must not be dropped while one does: it may be a GC copy of an older version that
-/// the tombstone still has to shadow. Called under the flush lock, which GC also holds
+/// the tombstone still has to shadow. Called under `index_install`, which GC holds
 /// while it inserts copies, so no copy can slip in after the check.
 fn in_other_memtables(v: &Version, skip: Option<u64>, coll: CollId, key: &[u8]) -> bool {
     v.memtables()
@@ -269,6 +269,11 @@ pub fn flush_one(inner: &Arc<Inner>) -> Result<bool> {
     let dropped: BTreeSet<CollId> = inner.catalog.read().dropped.clone();
     let v = inner.version.read().clone();
     let no_older_data = v.runs.is_empty();
+    // A flush that may drop entries (tombstones with no run below, a dropped
+    // collection's) holds GC's copies off throughout, as a merge does from its first
+    // drop (see `maybe_merge`); any other flush only while it installs.
+    let may_drop = no_older_data || !dropped.is_empty();
+    let gc_held = may_drop.then(|| inner.index_install.lock());
     let run_id = {
         let mut m = inner.meta.lock();
         m.next_run_id += 1;
@@ -326,6 +331,7 @@ pub fn flush_one(inner: &Arc<Inner>) -> Result<bool> {
             runs,
         }
     };
+    let _install = gc_held.unwrap_or_else(|| inner.index_install.lock());
     install_and_checkpoint(inner, install, dead, purged)?;
     if !keep_run {
         run.mark_obsolete();
@@ -549,13 +555,16 @@ mod tests {
         let db = Db::open(dir.path(), Options::for_unit_test(64 << 20)).unwrap();
         db.create_collection("c").unwrap();
         let keys = (super::PUBLISH_DEAD_EVERY + 1000) as u32;
-        // Holding the install lock keeps the background merge from installing.
-        let install = db.inner.index_install.lock();
+        // The merge lock keeps the background merge from starting while the two
+        // flushes install their runs (which takes the install lock); then the install
+        // lock keeps the merge from installing.
+        let merging = db.inner.merge_lock.lock();
         round(&db, keys, 0);
         assert_eq!(dead_bytes(&db), 0, "one run holds every key once");
-        // The second flush starts the merge in the background; it may already be
-        // publishing by the time the flush returns, so nothing is asserted here.
         round(&db, keys, 1);
+        assert_eq!(dead_bytes(&db), 0, "the two runs have not met");
+        let install = db.inner.index_install.lock();
+        drop(merging);
         let start = Instant::now();
         while dead_bytes(&db) == 0 && start.elapsed() < Duration::from_secs(60) {
             std::thread::sleep(Duration::from_millis(10));

@@ -12,6 +12,7 @@ use crate::entry::IndexEntry;
 use crate::error::{Error, Result};
 use crate::garbage::DeadRecord;
 use crate::index_run::{Run, RunCursor, RunWriter};
+use crate::kway::MergeOrder;
 use crate::memtable::Memtable;
 use crate::record::CollId;
 use crate::segment::SegId;
@@ -432,35 +433,40 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
     let mut written = 0u64;
     let mut purged = 0;
     let mut gc_held = None;
+    // Cursor `a`'s entry comes before `b`'s: by key, then the newer run first.
+    let before = |cursors: &[RunCursor], a: usize, b: usize| {
+        let (ca, ka, _) = cursors[a].peek().expect("ordered cursors have an entry");
+        let (cb, kb, _) = cursors[b].peek().expect("ordered cursors have an entry");
+        (ca, ka, a) < (cb, kb, b)
+    };
+    let mut order = MergeOrder::new(
+        cursors.len(),
+        |i| cursors[i].peek().is_some(),
+        |a, b| before(&cursors, a, b),
+    );
     let mut key: Vec<u8> = Vec::new();
-    loop {
-        let mut min: Option<CollId> = None;
-        for c in &cursors {
-            if let Some((cc, ck, _)) = c.peek() {
-                if min.is_none_or(|mc| (cc, ck) < (mc, key.as_slice())) {
-                    min = Some(cc);
-                    key.clear();
-                    key.extend_from_slice(ck);
-                }
-            }
-        }
-        let Some(coll) = min else { break };
+    let mut losers = Vec::new();
+    while let Some(first) = order.first() {
+        let (coll, k, _) = cursors[first].peek().expect("ordered cursors have an entry");
+        key.clear();
+        key.extend_from_slice(k);
         let mut best: Option<IndexEntry> = None;
-        let mut losers = Vec::new();
-        for c in cursors.iter_mut() {
-            if let Some((cc, ck, e)) = c.peek() {
-                if cc == coll && ck == key.as_slice() {
-                    match best {
-                        Some(b) if e.supersedes(&b) => {
-                            losers.push(b);
-                            best = Some(e);
-                        }
-                        Some(_) => losers.push(e),
-                        None => best = Some(e),
-                    }
-                    c.advance()?;
-                }
+        losers.clear();
+        while let Some(i) = order.first() {
+            let (cc, ck, e) = cursors[i].peek().expect("ordered cursors have an entry");
+            if cc != coll || ck != key.as_slice() {
+                break;
             }
+            match best {
+                Some(b) if e.supersedes(&b) => {
+                    losers.push(b);
+                    best = Some(e);
+                }
+                Some(_) => losers.push(e),
+                None => best = Some(e),
+            }
+            cursors[i].advance()?;
+            order.advanced(cursors[i].peek().is_some(), |a, b| before(&cursors, a, b));
         }
         let best = best.expect("min key came from a cursor");
         // A loser is shadowed by the winner in the installed index too, so GC may

@@ -37,6 +37,7 @@ mod gc;
 mod index_block;
 mod index_run;
 mod io;
+mod kway;
 mod lock;
 mod log_io;
 mod log_writer;

@@ -8,9 +8,11 @@ use crate::db::{Inner, Version};
 use crate::entry::IndexEntry;
 use crate::error::{Error, Result};
 use crate::index_run::RunCursor;
+use crate::kway::MergeOrder;
 use crate::memtable::{MemKey, Memtable};
 use crate::record::{CollId, Seqno};
 use crate::segments::SegmentMap;
+use std::cmp::Ordering as CmpOrdering;
 use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
@@ -262,6 +264,8 @@ pub struct ScanIter {
     hi: Bound<Vec<u8>>,
     reverse: bool,
     sources: Vec<Source>,
+    /// The sources in key order, from the first call on.
+    order: Option<MergeOrder>,
     started: bool,
     failed: bool,
     /// Upcoming winners, with their values once read.
@@ -284,6 +288,7 @@ impl ScanIter {
             hi,
             reverse,
             sources: Vec::new(),
+            order: None,
             started: false,
             failed: false,
             ready: VecDeque::new(),
@@ -392,47 +397,52 @@ impl ScanIter {
 
     /// The next visible, in-range key and its winning index entry.
     fn next_winner(&mut self) -> Result<Option<(Vec<u8>, IndexEntry)>> {
-        loop {
-            let mut best_key: Option<Vec<u8>> = None;
-            for s in &self.sources {
-                if let Some((k, _)) = s.peek() {
-                    let better = match &best_key {
-                        None => true,
-                        Some(b) => {
-                            if self.reverse {
-                                k > b.as_slice()
-                            } else {
-                                k < b.as_slice()
-                            }
-                        }
-                    };
-                    if better {
-                        best_key = Some(k.to_vec());
-                    }
-                }
+        let reverse = self.reverse;
+        // Source `a`'s entry comes before `b`'s: by key in scan direction, then position.
+        let before = move |s: &[Source], a: usize, b: usize| {
+            let (ka, _) = s[a].peek().expect("ordered sources have an entry");
+            let (kb, _) = s[b].peek().expect("ordered sources have an entry");
+            match ka.cmp(kb) {
+                CmpOrdering::Equal => a < b,
+                o => (o == CmpOrdering::Less) != reverse,
             }
-            let Some(key) = best_key else { return Ok(None) };
-            let mut best: Option<IndexEntry> = None;
-            for s in self.sources.iter_mut() {
-                while let Some((k, e)) = s.peek() {
+        };
+        loop {
+            let (key, best) = {
+                let sources = &mut self.sources;
+                let order = self.order.get_or_insert_with(|| {
+                    MergeOrder::new(
+                        sources.len(),
+                        |i| sources[i].peek().is_some(),
+                        |a, b| before(sources, a, b),
+                    )
+                });
+                let Some(first) = order.first() else {
+                    return Ok(None);
+                };
+                let key = sources[first].peek().expect("ordered").0.to_vec();
+                let mut best: Option<IndexEntry> = None;
+                while let Some(i) = order.first() {
+                    let (k, e) = sources[i].peek().expect("ordered sources have an entry");
                     if k != key.as_slice() {
                         break;
                     }
                     if best.is_none_or(|b| e.supersedes(&b)) {
                         best = Some(e);
                     }
-                    s.advance()?;
+                    sources[i].advance()?;
+                    order.advanced(sources[i].peek().is_some(), |a, b| before(sources, a, b));
                 }
-            }
+                (key, best.expect("key came from a source"))
+            };
             let (inside, past) = self.in_range(&key);
             if past {
                 return Ok(None);
             }
-            let e = best.expect("key came from a source");
-            if !inside || e.is_tombstone() {
+            if !inside || best.is_tombstone() {
                 continue;
             }
-            return Ok(Some((key, e)));
+            return Ok(Some((key, best)));
         }
     }
 }

@@ -868,8 +868,13 @@ impl Db {
         crate::gc::gc_once(&self.inner, true)
     }
 
-    /// Waits until background GC has nothing left to do at the current target fill.
+    /// Finds every superseded version (flushes, then merges the whole index once) and
+    /// waits until GC has nothing left to do at the target fill. Garbage is found when
+    /// versions meet in a merge, so between merges some of it still counts as live;
+    /// afterwards `stats` counts none of it as live.
     pub fn wait_for_gc(&self) -> Result<()> {
+        self.flush()?;
+        self.inner.want_full_merge.store(true, Ordering::SeqCst);
         loop {
             self.flush()?;
             if self.gc_now()? == 0 {

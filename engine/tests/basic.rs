@@ -260,6 +260,47 @@ fn limits_give_clear_errors() {
     assert_eq!(c.get(b"big").unwrap().unwrap(), big);
 }
 
+/// A small run of overwrites above a large one is not merged into it by policy, so the
+/// versions it supersedes count as live until a merge meets them; `wait_for_gc`
+/// merges the whole index first, after which live bytes are the latest versions' alone.
+#[test]
+fn wait_for_gc_finds_every_superseded_version_before_counting_live_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    let c = db.create_collection("c").unwrap();
+    let val = |i: u32, r: u8| vec![r; 200 + (i % 7) as usize];
+    for i in 0..10_000u32 {
+        c.put(&i.to_be_bytes(), &val(i, 0)).unwrap();
+    }
+    db.flush().unwrap();
+    let first = db.stats();
+    for i in 0..1_000u32 {
+        c.put(&i.to_be_bytes(), &val(i, 1)).unwrap();
+    }
+    db.flush().unwrap();
+    let before = db.stats();
+    assert_eq!(
+        (before.index_runs, before.index_entries),
+        (2, 11_000),
+        "the overwrites stay in a run of their own above the first"
+    );
+    db.wait_for_gc().unwrap();
+    let after = db.stats();
+    assert_eq!(after.index_entries, 10_000, "one entry per key after the merge");
+    let ratio = after.live_bytes as f64 / first.live_bytes as f64;
+    assert!(
+        (0.99..=1.01).contains(&ratio),
+        "live bytes {} after, {} when every key had one version ({} before the merge)",
+        after.live_bytes,
+        first.live_bytes,
+        before.live_bytes
+    );
+    for i in (0..10_000u32).step_by(37) {
+        let want = val(i, if i < 1_000 { 1 } else { 0 });
+        assert_eq!(c.get(&i.to_be_bytes()).unwrap().unwrap(), want);
+    }
+}
+
 #[test]
 fn gc_reclaims_space_and_keeps_every_live_value() {
     let dir = tempfile::tempdir().unwrap();

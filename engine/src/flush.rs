@@ -447,7 +447,9 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
     let mut key: Vec<u8> = Vec::new();
     let mut losers = Vec::new();
     while let Some(first) = order.first() {
-        let (coll, k, _) = cursors[first].peek().expect("ordered cursors have an entry");
+        let (coll, k, _) = cursors[first]
+            .peek()
+            .expect("ordered cursors have an entry");
         key.clear();
         key.extend_from_slice(k);
         let mut best: Option<IndexEntry> = None;

@@ -286,7 +286,10 @@ fn wait_for_gc_finds_every_superseded_version_before_counting_live_bytes() {
     );
     db.wait_for_gc().unwrap();
     let after = db.stats();
-    assert_eq!(after.index_entries, 10_000, "one entry per key after the merge");
+    assert_eq!(
+        after.index_entries, 10_000,
+        "one entry per key after the merge"
+    );
     let ratio = after.live_bytes as f64 / first.live_bytes as f64;
     assert!(
         (0.99..=1.01).contains(&ratio),

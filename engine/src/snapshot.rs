@@ -420,7 +420,11 @@ impl ScanIter {
                 let Some(first) = order.first() else {
                     return Ok(None);
                 };
-                let key = sources[first].peek().expect("ordered").0.to_vec();
+                let key = sources[first]
+                    .peek()
+                    .expect("ordered sources have an entry")
+                    .0
+                    .to_vec();
                 let mut best: Option<IndexEntry> = None;
                 while let Some(i) = order.first() {
                     let (k, e) = sources[i].peek().expect("ordered sources have an entry");

@@ -82,6 +82,11 @@ pub struct Stats {
     pub segments: Vec<SegmentStats>,
     pub index_runs: usize,
     pub index_entries: u64,
+    /// Index entries outside the oldest run (in memtables and newer runs). Garbage is
+    /// found when two versions of a key meet in a merge, so each of these may still
+    /// hide one superseded version that `live_bytes` counts as live. `Db::wait_for_gc`
+    /// merges the whole index, after which only entries written since remain.
+    pub index_entries_unmerged: u64,
     pub memtable_entries: usize,
     pub memtable_bytes: u64,
     pub flushes: u64,
@@ -89,8 +94,8 @@ pub struct Stats {
     pub gc_runs: u64,
     pub gc_bytes_moved: u64,
     pub gc_bytes_reclaimed: u64,
-    /// Bytes GC read from its victims (each is read about twice: once to find its
-    /// live records, once to copy them in seqno order).
+    /// Bytes GC read from its victims (each once, plus the chunks holding live user
+    /// writes that did not fit in memory between its two passes, again).
     pub gc_bytes_read: u64,
     /// Current budgets of the block and index caches (rebalanced as the index grows).
     pub block_cache_capacity: u64,
@@ -233,6 +238,8 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         segments,
         index_runs: v.runs.len(),
         index_entries: v.runs.iter().map(|r| r.entries).sum(),
+        index_entries_unmerged: v.memtables().map(|m| m.len() as u64).sum::<u64>()
+            + v.runs.iter().rev().skip(1).map(|r| r.entries).sum::<u64>(),
         memtable_entries: v.memtables().map(|m| m.len()).sum(),
         memtable_bytes: mem_tables,
         flushes: s.flushes.load(Ordering::Relaxed),

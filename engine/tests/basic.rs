@@ -284,11 +284,16 @@ fn wait_for_gc_finds_every_superseded_version_before_counting_live_bytes() {
         (2, 11_000),
         "the overwrites stay in a run of their own above the first"
     );
+    assert_eq!(
+        before.index_entries_unmerged, 1_000,
+        "the overwrites' run is above the oldest"
+    );
     db.wait_for_gc().unwrap();
     let after = db.stats();
     assert_eq!(
-        after.index_entries, 10_000,
-        "one entry per key after the merge"
+        (after.index_entries, after.index_entries_unmerged),
+        (10_000, 0),
+        "one entry per key after the merge, all in one run"
     );
     let ratio = after.live_bytes as f64 / first.live_bytes as f64;
     assert!(

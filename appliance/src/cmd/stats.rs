@@ -48,8 +48,9 @@ pub fn run(args: &StatsArgs, out: &mut dyn Write) -> Result<i32> {
     )?;
     writeln!(
         out,
-        "index            {} runs, {} entries",
-        s.index_runs, s.index_entries
+        "index            {} runs, {} entries, {} not merged into the oldest run \
+         (versions they supersede still count as live)",
+        s.index_runs, s.index_entries, s.index_entries_unmerged
     )?;
     writeln!(
         out,

@@ -203,6 +203,7 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
     let stall_gc = s.stall_gc_micros.load(Ordering::Relaxed);
     let dreads = s.device_reads.load(Ordering::Relaxed);
     let mem_tables: u64 = v.memtables().map(|m| m.approx_bytes()).sum();
+    let mem_entries: usize = v.memtables().map(|m| m.len()).sum();
     let run_mem: u64 = v.runs.iter().map(|r| r.memory_bytes() as u64).sum();
     let memory = mem_tables
         + run_mem
@@ -238,9 +239,9 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         segments,
         index_runs: v.runs.len(),
         index_entries: v.runs.iter().map(|r| r.entries).sum(),
-        index_entries_unmerged: v.memtables().map(|m| m.len() as u64).sum::<u64>()
+        index_entries_unmerged: mem_entries as u64
             + v.runs.iter().rev().skip(1).map(|r| r.entries).sum::<u64>(),
-        memtable_entries: v.memtables().map(|m| m.len()).sum(),
+        memtable_entries: mem_entries,
         memtable_bytes: mem_tables,
         flushes: s.flushes.load(Ordering::Relaxed),
         merges: s.merges.load(Ordering::Relaxed),

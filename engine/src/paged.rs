@@ -5,7 +5,9 @@
 //! from data blocks. In a rotated block ([`crate::block::FLAG_ROTATED`]) the value's
 //! page-aligned parts are whole device pages: a 4 KiB read from a 64 KiB value costs
 //! one 4 KiB device read (two reads when it reaches into the value's last bytes, which
-//! are stored in the head's page) instead of 68 KiB.
+//! are stored in the head's page) instead of 68 KiB. Where a rotated block keeps its
+//! value is known from the index entry alone ([`Geometry::rotated_layout`]), so the
+//! first read of a block fetches the part's pages together with the head.
 
 use crate::aligned::PAGE;
 use crate::block::{self, BlockHeader, HEADER_LEN};
@@ -56,6 +58,60 @@ impl Geometry {
         let end = align_up(self.value_start + 1, PAGE as u64);
         (start, (end - start) as u32)
     }
+
+    /// Where the value's bytes would be if the block is rotated, as every block of the
+    /// current segment format is: known before the head is read, so a part's pages can
+    /// be read together with the head. [`PagedHead::layout`] says whether it was right.
+    pub fn rotated_layout(&self) -> ValueLayout {
+        ValueLayout {
+            value_start: self.value_start,
+            value_len: self.value_len,
+            tail: block::tail_len(self.value_start, self.value_len),
+        }
+    }
+}
+
+/// Where a paged block keeps its value's bytes in the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValueLayout {
+    /// File offset right after the key: where the value (or, rotated, its tail) starts.
+    value_start: u64,
+    value_len: usize,
+    /// Bytes of the value's end stored first (rotated blocks; else 0).
+    tail: usize,
+}
+
+impl ValueLayout {
+    /// File offset of value byte `i` (`i` < the value's length; for the end of a part,
+    /// the offset after its last byte is `file_offset(end - 1) + 1`).
+    fn file_offset(&self, i: usize) -> u64 {
+        let body = self.value_len - self.tail;
+        if i < body {
+            self.value_start + (self.tail + i) as u64
+        } else {
+            self.value_start + (i - body) as u64
+        }
+    }
+
+    /// The page-aligned file reads that hold value bytes `a..z` (clamped to the value),
+    /// in value order: none for an empty range, one, or two when the range reaches into
+    /// a rotated value's tail from before it.
+    pub fn reads_for(&self, a: usize, z: usize) -> Vec<PageRead> {
+        let z = z.min(self.value_len);
+        let a = a.min(z);
+        let body = self.value_len - self.tail;
+        [a..z.min(body), a.max(body)..z]
+            .into_iter()
+            .filter(|p| p.start < p.end)
+            .map(|part| {
+                let from = self.file_offset(part.start);
+                let to = self.file_offset(part.end - 1) + 1;
+                let start = align_down(from, PAGE as u64);
+                let len = (align_up(to, PAGE as u64) - start) as u32;
+                PageRead { start, len, part }
+            })
+            .collect()
+    }
 }
 
 /// A verified head of a paged block: enough to read and check any part of its value.
@@ -64,11 +120,7 @@ pub struct PagedHead {
     /// File offset of the block.
     off: u64,
     payload_start: u64,
-    /// File offset right after the key: where the value (or, rotated, its tail) starts.
-    value_start: u64,
-    value_len: usize,
-    /// Bytes of the value's end stored first (rotated blocks; else 0).
-    tail: usize,
+    layout: ValueLayout,
     /// One crc32c per device page of the payload, the first for the page `off` is in.
     table: Box<[u32]>,
 }
@@ -129,47 +181,29 @@ impl PagedHead {
         Ok(PagedHead {
             off,
             payload_start: off + table_end as u64,
-            value_start,
-            value_len: rh.value_len,
-            tail,
+            layout: ValueLayout {
+                value_start,
+                value_len: rh.value_len,
+                tail,
+            },
             table,
         })
     }
 
     /// Length of the value.
     pub fn value_len(&self) -> usize {
-        self.value_len
+        self.layout.value_len
     }
 
-    /// File offset of value byte `i` (`i` < the value's length; for the end of a part,
-    /// the offset after its last byte is `file_offset(end - 1) + 1`).
-    fn file_offset(&self, i: usize) -> u64 {
-        let body = self.value_len - self.tail;
-        if i < body {
-            self.value_start + (self.tail + i) as u64
-        } else {
-            self.value_start + (i - body) as u64
-        }
+    /// Where the block keeps its value's bytes.
+    pub fn layout(&self) -> &ValueLayout {
+        &self.layout
     }
 
-    /// The page-aligned file reads that hold value bytes `a..z` (clamped to the value),
-    /// in value order: none for an empty range, one, or two when the range reaches into
-    /// a rotated value's tail from before it.
+    /// The page-aligned file reads that hold value bytes `a..z`; see
+    /// [`ValueLayout::reads_for`].
     pub fn reads_for(&self, a: usize, z: usize) -> Vec<PageRead> {
-        let z = z.min(self.value_len);
-        let a = a.min(z);
-        let body = self.value_len - self.tail;
-        [a..z.min(body), a.max(body)..z]
-            .into_iter()
-            .filter(|p| p.start < p.end)
-            .map(|part| {
-                let from = self.file_offset(part.start);
-                let to = self.file_offset(part.end - 1) + 1;
-                let start = align_down(from, PAGE as u64);
-                let len = (align_up(to, PAGE as u64) - start) as u32;
-                PageRead { start, len, part }
-            })
-            .collect()
+        self.layout.reads_for(a, z)
     }
 
     /// Value bytes `part` (one [`PageRead::part`] of [`Self::reads_for`]) from `buf`,
@@ -182,18 +216,18 @@ impl PagedHead {
         buf_off: u64,
         part: Range<usize>,
     ) -> Result<&'b [u8], (u64, String)> {
-        if part.start >= part.end || part.end > self.value_len {
+        if part.start >= part.end || part.end > self.layout.value_len {
             return Ok(&[]);
         }
-        let from = self.file_offset(part.start);
-        let to = self.file_offset(part.end - 1) + 1;
+        let from = self.layout.file_offset(part.start);
+        let to = self.layout.file_offset(part.end - 1) + 1;
         if to - from != part.len() as u64 {
             return Err((
                 from,
                 "part crosses the end of a rotated value's body".into(),
             ));
         }
-        let end = self.value_start + self.value_len as u64;
+        let end = self.layout.value_start + self.layout.value_len as u64;
         let first = align_down(self.payload_start, PAGE as u64);
         let slice = |r: Range<u64>| {
             r.start
@@ -306,13 +340,17 @@ mod tests {
             let g = Geometry::guess(off, len, rec, 3, 77, key.len()).expect("paged geometry");
             prop_assert_eq!(g.value_len, vlen);
             let head = head_of(&file, &g, key);
+            // The layout predicted before the head is read is the block's own when the
+            // block is rotated, or when an unrotated value happens to start on a page.
+            let tail_free = g.value_start.is_multiple_of(4096);
+            prop_assert_eq!(g.rotated_layout() == *head.layout(), rotate || tail_free);
             let (got, reads) = read_part(&head, &file, a, a + n);
             let (ca, cz) = (a.min(vlen), (a + n).min(vlen));
             prop_assert_eq!(&got.unwrap()[..], &value[ca.min(cz)..cz]);
             prop_assert!(reads.len() <= 1 + rotate as usize);
             for r in &reads {
-                let from = head.file_offset(r.part.start);
-                let to = head.file_offset(r.part.end - 1) + 1;
+                let from = head.layout.file_offset(r.part.start);
+                let to = head.layout.file_offset(r.part.end - 1) + 1;
                 prop_assert_eq!(r.start, align_down(from, 4096));
                 prop_assert_eq!(r.start + r.len as u64, align_up(to, 4096));
             }

@@ -3,10 +3,13 @@
 //! page checksums; any other value is read whole (as `multi_get` does) and cut.
 //!
 //! A part costs one device read of the pages that hold it once the block's head is
-//! cached (two when it reaches into a rotated value's tail from before it); the first
-//! part read from a block reads the head first (one more read of the block's first
-//! page or two), unless the part is at least half the value: then the whole block is
-//! read at once. All reads of a step go to the device at once.
+//! cached (two when it reaches into a rotated value's tail from before it). The first
+//! part read from a block also reads the head (the block's first page or two), in the
+//! same submission: where a rotated block keeps the part is known from the index entry,
+//! so the head and the part take one round trip, and a part next to the head is read
+//! with it. Only a block of segment format 3 (not rotated) needs a second round trip
+//! once its head is known. A part of at least half the value reads the whole block at
+//! once instead. All reads of a step go to the device at once.
 
 use crate::db::Inner;
 use crate::entry::IndexEntry;
@@ -21,6 +24,14 @@ use std::sync::Arc;
 
 /// A request for part of a value: the key and the byte range of its value.
 pub type RangeRequest<'k> = (&'k [u8], Range<usize>);
+
+/// A part of a value in a paged block whose head is not cached.
+struct Cold {
+    slot: usize,
+    seg: Arc<Segment>,
+    g: Geometry,
+    seqno: Seqno,
+}
 
 /// A part of a value to read from a paged block whose head is known.
 struct Part {
@@ -44,7 +55,7 @@ impl Inner {
             .fetch_add(reqs.len() as u64, Ordering::Relaxed);
         let mut out: Vec<Option<Vec<u8>>> = vec![None; reqs.len()];
         let mut whole: Vec<(usize, &[u8], IndexEntry)> = Vec::new();
-        let mut heads: Vec<(usize, Arc<Segment>, Geometry, Seqno)> = Vec::new();
+        let mut heads: Vec<Cold> = Vec::new();
         let mut parts: Vec<Part> = Vec::new();
         for (slot, (key, range)) in reqs.iter().enumerate() {
             let Some(e) = self.lookup(&v, coll, key, snap)? else {
@@ -69,32 +80,17 @@ impl Inner {
                 // beats a read of its head and then of the part.
                 whole.push((slot, *key, e));
             } else {
-                heads.push((slot, seg, g, e.seqno));
+                heads.push(Cold {
+                    slot,
+                    seg,
+                    g,
+                    seqno: e.seqno,
+                });
             }
         }
-        // Heads not cached: read, verify and cache them.
-        let spans: Vec<_> = heads
-            .iter()
-            .map(|(_, seg, g, _)| {
-                let (start, len) = g.head_pages();
-                (seg, start, len)
-            })
-            .collect();
-        self.read_spans(&spans, |j, r| {
-            let (slot, seg, g, seqno) = &heads[j];
-            let key = reqs[*slot].0;
-            let head = PagedHead::parse(&r.buf[..r.done], r.off, g.off, coll, key, *seqno)
-                .map_err(|m| Error::corruption(seg.file.path(), g.off, m))?;
-            let head = Arc::new(head);
-            self.head_cache
-                .insert((seg.id, g.off), head.clone(), head.charge());
-            parts.push(Part {
-                slot: *slot,
-                seg: seg.clone(),
-                head,
-            });
-            Ok(())
-        })?;
+        // Heads not cached: read each with the part's pages where the rotated layout
+        // puts them (one round trip), then verify and cache the head.
+        self.read_cold_parts(coll, reqs, &heads, &mut out, &mut parts)?;
         // The parts themselves: the pages holding each (an empty part reads nothing).
         let mut spans = Vec::with_capacity(parts.len());
         let mut reading = Vec::with_capacity(parts.len());
@@ -131,6 +127,89 @@ impl Inner {
             }
         }
         Ok(out)
+    }
+
+    /// Reads the parts `cold` of `reqs` together with their blocks' heads: each head's
+    /// pages and, in the same submission, the pages that hold the part if the block is
+    /// rotated (a read next to or inside the head's pages joins the head's read). Heads
+    /// are verified and cached; a part is checked against its page checksums and put in
+    /// `out`. A block whose head shows another layout (segment format 3) has its part
+    /// queued in `parts`, to be read with the head known.
+    fn read_cold_parts(
+        &self,
+        coll: CollId,
+        reqs: &[RangeRequest<'_>],
+        cold: &[Cold],
+        out: &mut [Option<Vec<u8>>],
+        parts: &mut Vec<Part>,
+    ) -> Result<()> {
+        // Per cold part: the span of its head read, and its reads with the span each
+        // is served from.
+        let mut spans: Vec<(&Arc<Segment>, u64, u32)> = Vec::new();
+        let mut plans = Vec::with_capacity(cold.len());
+        for c in cold {
+            let range = &reqs[c.slot].1;
+            let (mut start, len) = c.g.head_pages();
+            let mut end = start + len as u64;
+            let reads = c.g.rotated_layout().reads_for(range.start, range.end);
+            let mut joins = Vec::with_capacity(reads.len());
+            for r in &reads {
+                let r_end = r.start + r.len as u64;
+                let join = r.start <= end && r_end >= start;
+                if join {
+                    start = start.min(r.start);
+                    end = end.max(r_end);
+                }
+                joins.push(join);
+            }
+            let head_span = spans.len();
+            spans.push((&c.seg, start, (end - start) as u32));
+            let mut served = Vec::with_capacity(reads.len());
+            for (r, join) in reads.iter().zip(joins) {
+                if join {
+                    served.push(head_span);
+                } else {
+                    served.push(spans.len());
+                    spans.push((&c.seg, r.start, r.len));
+                }
+            }
+            plans.push((head_span, reads, served));
+        }
+        let mut bufs: Vec<(u64, Vec<u8>)> = vec![(0, Vec::new()); spans.len()];
+        self.read_spans(&spans, |i, r| {
+            bufs[i] = (r.off, r.buf[..r.done].to_vec());
+            Ok(())
+        })?;
+        for (c, (head_span, reads, served)) in cold.iter().zip(plans) {
+            let key = reqs[c.slot].0;
+            let (head_off, head_buf) = &bufs[head_span];
+            let head = PagedHead::parse(head_buf, *head_off, c.g.off, coll, key, c.seqno)
+                .map_err(|m| Error::corruption(c.seg.file.path(), c.g.off, m))?;
+            let head = Arc::new(head);
+            self.head_cache
+                .insert((c.seg.id, c.g.off), head.clone(), head.charge());
+            if *head.layout() != c.g.rotated_layout() {
+                parts.push(Part {
+                    slot: c.slot,
+                    seg: c.seg.clone(),
+                    head,
+                });
+                continue;
+            }
+            let range = &reqs[c.slot].1;
+            let z = range.end.min(head.value_len());
+            let mut dest = vec![0; z - range.start.min(z)];
+            for (r, i) in reads.iter().zip(served) {
+                let (buf_off, buf) = &bufs[i];
+                let bytes = head
+                    .extract(buf, *buf_off, r.part.clone())
+                    .map_err(|(page, m)| Error::corruption(c.seg.file.path(), page, m))?;
+                let at = r.part.start - range.start;
+                dest[at..at + bytes.len()].copy_from_slice(bytes);
+            }
+            out[c.slot] = Some(dest);
+        }
+        Ok(())
     }
 
     /// The segment and layout of the block holding `e`'s record, if it is a paged block

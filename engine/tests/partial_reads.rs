@@ -180,6 +180,59 @@ fn a_4k_page_of_a_64k_value_costs_one_4k_read_once_its_head_is_cached() {
     assert_eq!(s.head_cache_hits, 4 * 48);
 }
 
+/// The first read of a part of a value also reads its block's head: both go to the
+/// device in one io_uring submission (where a rotated block keeps the part is known
+/// before its head is read), and a part in the page right after the head is read with
+/// the head, as one read.
+#[test]
+fn a_cold_part_is_read_with_its_blocks_head_in_one_round_trip() {
+    let (_dir, db) = cold_chunks(48, IoBackend::IoUring);
+    let c = db.collection("c").unwrap();
+    let depth = |db: &Db, bucket: &str| {
+        let s = db.stats();
+        let n = s
+            .io_queue_depth
+            .iter()
+            .find(|(b, _)| *b == bucket)
+            .unwrap()
+            .1;
+        (n, s.device_reads)
+    };
+    // Warm the index so that only value reads follow.
+    c.get_range(&47u64.to_be_bytes(), 0..1).unwrap().unwrap();
+    let (d0, r0) = depth(&db, "2-3");
+    for k in 0..47u64 {
+        let got = c
+            .get_range(&k.to_be_bytes(), 8192..12_288)
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, noise(65_536, k)[8192..12_288]);
+    }
+    let (d1, r1) = depth(&db, "2-3");
+    assert_eq!(r1 - r0, 2 * 47, "a head read and a part read per value");
+    assert_eq!(
+        d1 - d0,
+        47,
+        "each value's two reads are one submission (of depth 2-3)"
+    );
+    assert_eq!(db.stats().head_cache_misses, 48);
+
+    // The first page of the value's body starts where the head's pages end: one read.
+    let (_dir, db) = cold_chunks(48, IoBackend::IoUring);
+    let c = db.collection("c").unwrap();
+    c.get_range(&47u64.to_be_bytes(), 0..1).unwrap().unwrap();
+    let r0 = db.stats().device_reads;
+    for k in 0..47u64 {
+        let got = c.get_range(&k.to_be_bytes(), 0..4096).unwrap().unwrap();
+        assert_eq!(got, noise(65_536, k)[..4096]);
+    }
+    assert_eq!(
+        db.stats().device_reads - r0,
+        47,
+        "one read: the head's pages and the part's"
+    );
+}
+
 /// Finds `needle` in the segment files of `dir`: (file, offset).
 fn find_in_segments(dir: &std::path::Path, needle: &[u8]) -> (std::path::PathBuf, usize) {
     for e in std::fs::read_dir(dir).unwrap() {

@@ -4,6 +4,7 @@
 
 use crate::checkpoint::LogPos;
 use crate::entry::IndexEntry;
+use crate::kway::MergeOrder;
 use crate::record::{CollId, Seqno};
 use crossbeam_skiplist::SkipMap;
 use std::cmp::Reverse;
@@ -117,33 +118,51 @@ impl Memtable {
                 .collect()
         }
     }
+}
 
-    /// Calls `f(coll, key, versions)` for every key in order with all its versions
-    /// (newest first), walking the table in place: a flush streams it into a run
-    /// without a second copy of the memtable in memory.
-    pub fn for_each_key<E>(
-        &self,
-        mut f: impl FnMut(CollId, &[u8], &[IndexEntry]) -> Result<(), E>,
-    ) -> Result<(), E> {
-        let mut versions: Vec<IndexEntry> = Vec::new();
-        let mut cur: Option<crossbeam_skiplist::map::Entry<'_, MemKey, IndexEntry>> = None;
-        for e in self.map.iter() {
-            let same = cur
-                .as_ref()
-                .is_some_and(|c| c.key().coll == e.key().coll && c.key().key == e.key().key);
-            if !same {
-                if let Some(c) = cur.take() {
-                    f(c.key().coll, &c.key().key, &versions)?;
-                }
-                versions.clear();
-                cur = Some(e.clone());
+/// Calls `f(coll, key, versions)` for every key of the memtables `tables` in order,
+/// with all the versions they hold of it (newest first; a version in two tables, a GC
+/// copy beside its original, comes first from the table listed first), walking the
+/// tables in place: a flush of several memtables streams them into one run.
+pub fn for_each_key_of<E>(
+    tables: &[&Memtable],
+    mut f: impl FnMut(CollId, &[u8], &[IndexEntry]) -> Result<(), E>,
+) -> Result<(), E> {
+    type Entry<'a> = crossbeam_skiplist::map::Entry<'a, MemKey, IndexEntry>;
+    let mut iters: Vec<_> = tables.iter().map(|t| t.map.iter()).collect();
+    let mut heads: Vec<Option<Entry<'_>>> = iters.iter_mut().map(|i| i.next()).collect();
+    let less = |heads: &[Option<Entry<'_>>], a: usize, b: usize| match (&heads[a], &heads[b]) {
+        (Some(x), Some(y)) => (x.key(), a) < (y.key(), b),
+        (x, _) => x.is_some(),
+    };
+    let mut order = MergeOrder::new(
+        tables.len(),
+        |i| heads[i].is_some(),
+        |a, b| less(&heads, a, b),
+    );
+    let mut versions: Vec<IndexEntry> = Vec::new();
+    let mut cur: Option<Entry<'_>> = None;
+    while let Some(i) = order.first() {
+        let e = heads[i].take().expect("ordered sources have an entry");
+        heads[i] = iters[i].next();
+        order.advanced(heads[i].is_some(), |a, b| less(&heads, a, b));
+        let same = cur
+            .as_ref()
+            .is_some_and(|c| c.key().coll == e.key().coll && c.key().key == e.key().key);
+        if !same {
+            if let Some(c) = cur.take() {
+                f(c.key().coll, &c.key().key, &versions)?;
             }
-            versions.push(*e.value());
+            versions.clear();
         }
-        match cur {
-            Some(c) => f(c.key().coll, &c.key().key, &versions),
-            None => Ok(()),
+        versions.push(*e.value());
+        if !same {
+            cur = Some(e);
         }
+    }
+    match cur {
+        Some(c) => f(c.key().coll, &c.key().key, &versions),
+        None => Ok(()),
     }
 }
 
@@ -151,6 +170,7 @@ impl Memtable {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::{BTreeMap, BTreeSet};
 
     #[test]
     fn for_each_key_visits_keys_in_order_with_all_versions_newest_first() {
@@ -175,22 +195,91 @@ mod tests {
         ] {
             m.insert(coll, key.as_bytes(), e(seqno));
         }
+        assert_eq!(
+            walk(&[&m]),
+            vec![
+                (1, "a".to_string(), vec![(3, false)]),
+                (1, "b".to_string(), vec![(5, false), (4, false), (2, false)]),
+                (2, "a".to_string(), vec![(1, false)]),
+            ]
+        );
+        assert_eq!(for_each_key_of(&[&m], |_, _, _| Err("stop")), Err("stop"));
+    }
+
+    /// `(coll, key, [(seqno, reloc)])` as `for_each_key_of` hands them out.
+    type Walked = Vec<(CollId, String, Vec<(u64, bool)>)>;
+
+    fn walk(tables: &[&Memtable]) -> Walked {
         let mut seen = Vec::new();
-        m.for_each_key(|coll, key, versions| {
-            let seqnos: Vec<u64> = versions.iter().map(|v| v.seqno).collect();
-            seen.push((coll, String::from_utf8(key.to_vec()).unwrap(), seqnos));
+        for_each_key_of(tables, |coll, key, versions| {
+            let v = versions.iter().map(|v| (v.seqno, v.reloc)).collect();
+            seen.push((coll, String::from_utf8(key.to_vec()).unwrap(), v));
             Ok::<(), ()>(())
         })
         .unwrap();
-        assert_eq!(
-            seen,
-            vec![
-                (1, "a".to_string(), vec![3]),
-                (1, "b".to_string(), vec![5, 4, 2]),
-                (2, "a".to_string(), vec![1]),
-            ]
-        );
-        assert_eq!(m.for_each_key(|_, _, _| Err("stop")), Err("stop"));
+        seen
+    }
+
+    fn entry(seqno: u64, reloc: bool) -> IndexEntry {
+        IndexEntry {
+            seqno,
+            kind: crate::record::Kind::Put,
+            reloc,
+            loc: crate::entry::Location {
+                seg: 1,
+                off: seqno,
+                len: 10,
+            },
+            rec_size: 10,
+        }
+    }
+
+    proptest! {
+        /// Several memtables walked together give each key once, with every version
+        /// any of them holds, newest first, as one table holding them all would; a
+        /// GC copy (same seqno, in a newer table) comes before its original.
+        #[test]
+        fn walking_several_tables_is_walking_their_union(
+            puts in proptest::collection::vec((0u32..2, 0u8..12, 0usize..3), 0..80),
+            copies in proptest::collection::vec(0usize..80, 0..10),
+        ) {
+            let tables: Vec<Memtable> =
+                (0..3).map(|i| Memtable::new(i, LogPos { seg: 0, off: 0 })).collect();
+            let union = Memtable::new(9, LogPos { seg: 0, off: 0 });
+            // Per key, ordered newest first and a copy before its original:
+            // (seqno, not a copy, is a copy).
+            type Versions = BTreeSet<(Reverse<u64>, bool, bool)>;
+            let mut want: BTreeMap<(CollId, String), Versions> = BTreeMap::new();
+            for (i, &(coll, key, t)) in puts.iter().enumerate() {
+                let key = format!("k{key:02}");
+                let seqno = i as u64 + 1;
+                tables[t].insert(coll, key.as_bytes(), entry(seqno, false));
+                union.insert(coll, key.as_bytes(), entry(seqno, false));
+                want.entry((coll, key)).or_default().insert((Reverse(seqno), true, false));
+            }
+            // GC copies land in the newest table (listed first) with their seqno; one
+            // there replaces its original in that table.
+            for &c in &copies {
+                if let Some(&(coll, key, t)) = puts.get(c) {
+                    let key = format!("k{key:02}");
+                    let seqno = c as u64 + 1;
+                    tables[0].insert(coll, key.as_bytes(), entry(seqno, true));
+                    let v = want.get_mut(&(coll, key)).unwrap();
+                    if t == 0 {
+                        v.remove(&(Reverse(seqno), true, false));
+                    }
+                    v.insert((Reverse(seqno), false, true));
+                }
+            }
+            let want: Walked = want
+                .into_iter()
+                .map(|((coll, key), v)| (coll, key, v.into_iter().map(|(s, _, r)| (s.0, r)).collect()))
+                .collect();
+            let got = walk(&[&tables[0], &tables[1], &tables[2]]);
+            prop_assert_eq!(&got, &want);
+            let keys: Vec<_> = walk(&[&union]).into_iter().map(|(c, k, _)| (c, k)).collect();
+            prop_assert_eq!(got.into_iter().map(|(c, k, _)| (c, k)).collect::<Vec<_>>(), keys);
+        }
     }
 
     proptest! {

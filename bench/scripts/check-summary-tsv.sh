@@ -18,6 +18,14 @@ check() { # engine step
 }
 for s in $steps; do check "$basalt_side" "$s"; check rocksdb "$s"; done
 for s in write-1m read-1m randread-4k-qd1 randread-4k-qd32; do check fio "$s"; done
+# The Basalt side is the real engine: no row of the in-memory test double.
+if awk -F'\t' 'NR>1 && $1=="memtest" {found=1} END{exit !found}' "$tsv"; then
+  echo "memtest rows in a report of the real engine"; failed=$((failed+1))
+else passed=$((passed+1)); fi
+# Every engine's raw output is kept beside the summary.
+raw="$(dirname "$tsv")/raw"
+if [ -d "$raw" ] && [ -n "$(ls -A "$raw")" ]; then passed=$((passed+1)); else
+  echo "no raw outputs in $raw"; failed=$((failed+1)); fi
 # Measured steps must have a throughput.
 empty=$(awk -F'\t' 'NR>1 && $2!="waitforcompaction" && $3=="" {print $1" "$2}' "$tsv")
 if [ -n "$empty" ]; then echo "rows without ops_sec: $empty"; failed=$((failed+1)); fi

@@ -96,8 +96,7 @@ impl Inner {
         let mut reading = Vec::with_capacity(parts.len());
         for (j, p) in parts.iter().enumerate() {
             let r = &reqs[p.slot].1;
-            let z = r.end.min(p.head.value_len());
-            out[p.slot] = Some(vec![0; z - r.start.min(z)]);
+            out[p.slot] = Some(part_buffer(&p.head, r));
             for read in p.head.reads_for(r.start, r.end) {
                 spans.push((&p.seg, read.start, read.len));
                 reading.push((j, read.part));
@@ -106,14 +105,9 @@ impl Inner {
         self.read_spans(&spans, |i, r| {
             let (j, part) = &reading[i];
             let p = &parts[*j];
-            let bytes = p
-                .head
-                .extract(&r.buf[..r.done], r.off, part.clone())
-                .map_err(|(page, m)| Error::corruption(p.seg.file.path(), page, m))?;
-            let at = part.start - reqs[p.slot].1.start;
             let dest = out[p.slot].as_mut().expect("allocated above");
-            dest[at..at + bytes.len()].copy_from_slice(bytes);
-            Ok(())
+            let read = (r.off, &r.buf[..r.done]);
+            copy_part(&p.seg, &p.head, read, part, reqs[p.slot].1.start, dest)
         })?;
         // Everything else: whole values, cut.
         let slots = reqs.len();
@@ -197,15 +191,17 @@ impl Inner {
                 continue;
             }
             let range = &reqs[c.slot].1;
-            let z = range.end.min(head.value_len());
-            let mut dest = vec![0; z - range.start.min(z)];
+            let mut dest = part_buffer(&head, range);
             for (r, i) in reads.iter().zip(served) {
                 let (buf_off, buf) = &bufs[i];
-                let bytes = head
-                    .extract(buf, *buf_off, r.part.clone())
-                    .map_err(|(page, m)| Error::corruption(c.seg.file.path(), page, m))?;
-                let at = r.part.start - range.start;
-                dest[at..at + bytes.len()].copy_from_slice(bytes);
+                copy_part(
+                    &c.seg,
+                    &head,
+                    (*buf_off, buf),
+                    &r.part,
+                    range.start,
+                    &mut dest,
+                )?;
             }
             out[c.slot] = Some(dest);
         }
@@ -260,6 +256,30 @@ impl Inner {
             Ok(())
         })
     }
+}
+
+/// A zeroed buffer for bytes `range` of the value `head` describes, cut to its length.
+fn part_buffer(head: &PagedHead, range: &Range<usize>) -> Vec<u8> {
+    let z = range.end.min(head.value_len());
+    vec![0; z - range.start.min(z)]
+}
+
+/// Checks value bytes `part` of the read `(offset, bytes)` of `seg` against `head`'s
+/// page checksums and copies them into `dest`, which holds the value from `from` on.
+fn copy_part(
+    seg: &Segment,
+    head: &PagedHead,
+    (buf_off, buf): (u64, &[u8]),
+    part: &Range<usize>,
+    from: usize,
+    dest: &mut [u8],
+) -> Result<()> {
+    let bytes = head
+        .extract(buf, buf_off, part.clone())
+        .map_err(|(page, m)| Error::corruption(seg.file.path(), page, m))?;
+    let at = part.start - from;
+    dest[at..at + bytes.len()].copy_from_slice(bytes);
+    Ok(())
 }
 
 /// Bytes `range` of `value`, cut to its length.

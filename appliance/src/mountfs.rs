@@ -11,27 +11,9 @@ use std::sync::Arc;
 /// Health JSON served inside the mount.
 pub type HealthFn = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
 
-/// Whether `path` is a FUSE mount whose serving process is gone. Besides `stat` (which the
-/// kernel may answer from its attribute cache for a moment after the daemon died) this asks
-/// `statfs`, which always reaches the daemon and fails with ENOTCONN when it is gone.
+/// Whether `path` is a FUSE mount whose serving process is gone.
 pub fn is_stale(path: &Path) -> bool {
-    if basalt_fusefs::is_stale_mount(path) {
-        return true;
-    }
-    let is_fuse = crate::mounts::mount_at(path).is_some_and(|m| m.fstype.starts_with("fuse"));
-    is_fuse && statfs_errno(path) == Some(libc::ENOTCONN)
-}
-
-fn statfs_errno(path: &Path) -> Option<i32> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: `c` is a valid C string and `buf` a properly sized out-parameter.
-    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut buf) } == 0 {
-        None
-    } else {
-        std::io::Error::last_os_error().raw_os_error()
-    }
+    basalt_fusefs::is_stale_mount(path)
 }
 
 /// Detaches a (stale) mount.

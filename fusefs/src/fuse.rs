@@ -37,6 +37,9 @@ pub struct FsOptions {
     /// Threads serving queued engine reads beside the FUSE workers, each in batches
     /// (`-o read_threads=N`).
     pub read_threads: usize,
+    /// Kernel readahead of the mount in KiB (`-o readahead_kb=N`); 0 leaves the
+    /// kernel's default (128 KiB for a FUSE mount).
+    pub readahead_kb: u32,
 }
 
 /// An open file or directory.
@@ -213,6 +216,8 @@ pub fn negotiate(opts: &FsOptions, config: &mut KernelConfig) -> bool {
         .add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
         .is_ok();
     let _ = config.set_max_write(opts.max_write);
+    // The kernel offers its current readahead (128 KiB) as the most it accepts here;
+    // the mount raises it afterwards (`mount::set_readahead`).
     let _ = config.set_max_readahead(opts.max_write);
     let _ = config.set_max_background(64);
     let _ = config.set_congestion_threshold(48);

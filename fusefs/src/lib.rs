@@ -17,4 +17,7 @@ mod views;
 
 pub use document::{write_document, DocumentReader, DEFAULT_CHUNK_SIZE};
 pub use error::FsError;
-pub use mount::{force_unmount, is_stale_mount, mount, mount_null, MountConfig, MountHandle};
+pub use mount::{
+    force_unmount, is_stale_mount, mount, mount_null, readahead_file, MountConfig, MountHandle,
+    DEFAULT_READAHEAD_KB,
+};

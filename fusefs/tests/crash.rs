@@ -5,6 +5,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -94,4 +95,33 @@ fn fsynced_files_survive_kill_9() {
     assert_eq!(std::fs::read(root.join("after")).unwrap(), b"ok");
     assert!(std::fs::read_dir(&root).unwrap().count() >= synced.len());
     m.stop();
+}
+
+#[test]
+fn a_killed_daemon_is_seen_as_stale_even_with_the_roots_attributes_cached() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
+    let mut m = DevMount::start(&data, &mp, &[]);
+    assert!(
+        !basalt_fusefs::is_stale_mount(&mp),
+        "a live mount is not stale"
+    );
+    // A stat of the root caches its attributes in the kernel.
+    assert_eq!(std::fs::metadata(&mp).unwrap().ino(), 1);
+    m.kill_only();
+    assert!(
+        common::is_mounted(&mp),
+        "the dead mount is still in the mount table"
+    );
+    // The kernel answers `stat` of the root from its cache (30 s attribute timeout)...
+    let cached = std::fs::metadata(&mp).map(|m| m.ino());
+    println!("stat of the dead mount's root: {cached:?}");
+    // ...so staleness must not depend on it.
+    assert!(
+        basalt_fusefs::is_stale_mount(&mp),
+        "dead daemon not detected"
+    );
+    basalt_fusefs::force_unmount(&mp).unwrap();
+    assert!(!common::is_mounted(&mp));
 }

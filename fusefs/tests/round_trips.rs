@@ -162,3 +162,64 @@ fn a_4k_direct_read_from_a_large_file_reads_its_page_not_the_whole_chunk() {
     drop(f);
     h.unmount().unwrap();
 }
+
+/// READ requests and the mount's readahead while `reader` reads a cold 16 MiB file
+/// front to back in 128 KiB `read(2)`s, with `-o readahead_kb=` `ra` (None: default).
+fn sequential_read_requests(ra: Option<u32>) -> (u64, u32) {
+    use std::io::Read;
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
+    std::fs::create_dir_all(&mp).unwrap();
+    let mut cfg = mount_config(&mp);
+    if let Some(kb) = ra {
+        cfg.options.push(format!("readahead_kb={kb}"));
+    }
+    let content = pattern(11, 16 << 20);
+    {
+        let h = mount(open_db(&data), cfg.clone()).unwrap();
+        std::fs::create_dir(mp.join("c")).unwrap();
+        std::fs::write(mp.join("c/seq"), &content).unwrap();
+        h.unmount().unwrap();
+    }
+    // Remounted: the page cache of the file went with the old mount.
+    let h = mount(open_db(&data), cfg).unwrap();
+    let ra_file = basalt_fusefs::readahead_file(&mp).unwrap();
+    let kb: u32 = std::fs::read_to_string(&ra_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let before = requests(&mp, "read");
+    let mut f = std::fs::File::open(mp.join("c/seq")).unwrap();
+    let (mut got, mut buf) = (Vec::with_capacity(content.len()), vec![0u8; 128 << 10]);
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_bytes(&got, &content, "sequential read");
+    let reads = requests(&mp, "read") - before;
+    drop(f);
+    h.unmount().unwrap();
+    (reads, kb)
+}
+
+#[test]
+fn a_cold_sequential_read_goes_out_in_1_mib_requests_under_the_default_readahead() {
+    require_fuse!();
+    let (reads, kb) = sequential_read_requests(None);
+    println!("16 MiB read cold with readahead {kb} KiB: {reads} READ requests");
+    assert_eq!(kb, basalt_fusefs::DEFAULT_READAHEAD_KB);
+    // 1 MiB requests (max_write): 16, plus smaller ones while the readahead window
+    // grows to 4 MiB. The kernel's own 128 KiB would take 128.
+    assert!(reads <= 40, "{reads} READ requests for 16 MiB");
+    let (small, kb) = sequential_read_requests(Some(256));
+    println!("16 MiB read cold with readahead {kb} KiB: {small} READ requests");
+    assert_eq!(kb, 256);
+    assert!(
+        small >= 64,
+        "{small} READ requests for 16 MiB at 256 KiB readahead"
+    );
+}

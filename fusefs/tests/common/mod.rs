@@ -124,6 +124,13 @@ impl DevMount {
         assert!(st.success(), "dev mount exited with {st}");
     }
 
+    /// `kill -9` and wait for the daemon to be gone; the dead mount stays until this
+    /// is dropped.
+    pub fn kill_only(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// `kill -9` and clear the dead mount.
     pub fn kill(mut self) {
         let _ = self.child.kill();

@@ -8,8 +8,8 @@
 //! same submission: where a rotated block keeps the part is known from the index entry,
 //! so the head and the part take one round trip, and a part next to the head is read
 //! with it. Only a block of segment format 3 (not rotated) needs a second round trip
-//! once its head is known. A part of at least half the value reads the whole block at
-//! once instead. All reads of a step go to the device at once.
+//! once its head is known; there a part of at least half the value reads the whole
+//! block at once instead. All reads of a step go to the device at once.
 
 use crate::db::Inner;
 use crate::entry::IndexEntry;
@@ -75,9 +75,13 @@ impl Inner {
                 out[slot] = Some(cut(r.value, range));
             } else if let Some(head) = self.head_cache.get(&at) {
                 parts.push(Part { slot, seg, head });
-            } else if 2 * (range.end.min(g.value_len)).saturating_sub(range.start) >= g.value_len {
-                // Most of the value (a sequential reader): one read of the whole block
-                // beats a read of its head and then of the part.
+            } else if 2 * (range.end.min(g.value_len)).saturating_sub(range.start) >= g.value_len
+                && !is_rotated(&seg, e.loc.off)
+            {
+                // Most of an unrotated value (segment format 3): one read of the whole
+                // block beats a read of its head and then of the part. A rotated block's
+                // part is read with its head in one round trip anyway, and copied once
+                // into place instead of decoded, cached and cut.
                 whole.push((slot, *key, e));
             } else {
                 heads.push(Cold {
@@ -169,41 +173,75 @@ impl Inner {
             }
             plans.push((head_span, reads, served));
         }
-        let mut bufs: Vec<(u64, Vec<u8>)> = vec![(0, Vec::new()); spans.len()];
+        // Each read is used where it lands: a head is parsed and cached at once, and a
+        // part read is copied straight into its value's buffer once its head is known.
+        // Only a part read landing before its own head is kept (copied) until then.
+        let mut owner = vec![0usize; spans.len()];
+        for (c, (head_span, _, served)) in plans.iter().enumerate() {
+            owner[*head_span] = c;
+            for &i in served {
+                owner[i] = c;
+            }
+        }
+        let mut heads: Vec<Option<Arc<PagedHead>>> = vec![None; cold.len()];
+        let mut dests: Vec<Option<Vec<u8>>> = vec![None; cold.len()];
+        let mut early: Vec<(usize, u64, Vec<u8>)> = Vec::new();
+        // Copies the parts of cold part `c` that read `span` holds into its buffer (none
+        // if its head showed another layout: those are read again below).
+        let fill = |c: usize,
+                    span: usize,
+                    (buf_off, buf): (u64, &[u8]),
+                    head: &PagedHead,
+                    dest: &mut Option<Vec<u8>>|
+         -> Result<()> {
+            let Some(dest) = dest.as_mut() else {
+                return Ok(());
+            };
+            let (_, reads, served) = &plans[c];
+            for (r, _) in reads.iter().zip(served).filter(|(_, &i)| i == span) {
+                let from = reqs[cold[c].slot].1.start;
+                copy_part(&cold[c].seg, head, (buf_off, buf), &r.part, from, dest)?;
+            }
+            Ok(())
+        };
         self.read_spans(&spans, |i, r| {
-            bufs[i] = (r.off, r.buf[..r.done].to_vec());
+            let c = owner[i];
+            let read = (r.off, &r.buf[..r.done]);
+            if plans[c].0 == i {
+                let cd = &cold[c];
+                let key = reqs[cd.slot].0;
+                let head = PagedHead::parse(read.1, read.0, cd.g.off, coll, key, cd.seqno)
+                    .map_err(|m| Error::corruption(cd.seg.file.path(), cd.g.off, m))?;
+                let head = Arc::new(head);
+                self.head_cache
+                    .insert((cd.seg.id, cd.g.off), head.clone(), head.charge());
+                if *head.layout() == cd.g.rotated_layout() {
+                    dests[c] = Some(part_buffer(&head, &reqs[cd.slot].1));
+                }
+                fill(c, i, read, &head, &mut dests[c])?;
+                heads[c] = Some(head);
+            } else if let Some(head) = &heads[c] {
+                fill(c, i, read, head, &mut dests[c])?;
+            } else {
+                early.push((i, r.off, read.1.to_vec()));
+            }
             Ok(())
         })?;
-        for (c, (head_span, reads, served)) in cold.iter().zip(plans) {
-            let key = reqs[c.slot].0;
-            let (head_off, head_buf) = &bufs[head_span];
-            let head = PagedHead::parse(head_buf, *head_off, c.g.off, coll, key, c.seqno)
-                .map_err(|m| Error::corruption(c.seg.file.path(), c.g.off, m))?;
-            let head = Arc::new(head);
-            self.head_cache
-                .insert((c.seg.id, c.g.off), head.clone(), head.charge());
-            if *head.layout() != c.g.rotated_layout() {
-                parts.push(Part {
-                    slot: c.slot,
-                    seg: c.seg.clone(),
+        for (i, off, buf) in early {
+            let c = owner[i];
+            let head = heads[c].as_ref().expect("every head was read");
+            fill(c, i, (off, &buf), head, &mut dests[c])?;
+        }
+        for (c, head) in heads.into_iter().enumerate() {
+            let head = head.expect("every head was read");
+            match dests[c].take() {
+                Some(dest) => out[cold[c].slot] = Some(dest),
+                None => parts.push(Part {
+                    slot: cold[c].slot,
+                    seg: cold[c].seg.clone(),
                     head,
-                });
-                continue;
+                }),
             }
-            let range = &reqs[c.slot].1;
-            let mut dest = part_buffer(&head, range);
-            for (r, i) in reads.iter().zip(served) {
-                let (buf_off, buf) = &bufs[i];
-                copy_part(
-                    &c.seg,
-                    &head,
-                    (*buf_off, buf),
-                    &r.part,
-                    range.start,
-                    &mut dest,
-                )?;
-            }
-            out[c.slot] = Some(dest);
         }
         Ok(())
     }
@@ -256,6 +294,12 @@ impl Inner {
             Ok(())
         })
     }
+}
+
+/// Whether the block at `off` of `seg` is a rotated paged block (segment format 4).
+fn is_rotated(seg: &Segment, off: u64) -> bool {
+    seg.block_at(off)
+        .is_some_and(|b| b.flags & crate::block::FLAG_ROTATED != 0)
 }
 
 /// A zeroed buffer for bytes `range` of the value `head` describes, cut to its length.

@@ -665,6 +665,16 @@ pub enum ReadSource {
     },
 }
 
+impl ReadSource {
+    /// Bytes this piece adds to the read.
+    fn len(&self) -> usize {
+        match self {
+            ReadSource::Bytes(b) => b.len(),
+            ReadSource::Key { a, z, .. } => z - a,
+        }
+    }
+}
+
 /// A read planned under the lock and completed outside it.
 pub struct ReadPlan {
     pub coll: String,
@@ -709,6 +719,7 @@ impl ReadPlan {
         plans
             .iter()
             .map(|p| {
+                let len: usize = p.parts.iter().map(ReadSource::len).sum();
                 let mut out = Vec::new();
                 for part in &p.parts {
                     match part {
@@ -720,6 +731,12 @@ impl ReadPlan {
                                 .as_mut()
                                 .map_err(|err| *err)?;
                             let d = values.next().ok_or(e(libc::EIO))?.unwrap_or_default();
+                            if out.is_empty() && d.len() == len {
+                                // The whole read is this one part: no copy.
+                                out = d;
+                                continue;
+                            }
+                            out.reserve_exact(len - out.len());
                             extend_padded(&mut out, &d, 0, z - a);
                         }
                     }

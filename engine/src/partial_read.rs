@@ -302,32 +302,68 @@ fn is_rotated(seg: &Segment, off: u64) -> bool {
         .is_some_and(|b| b.flags & crate::block::FLAG_ROTATED != 0)
 }
 
-/// A zeroed buffer for bytes `range` of the value `head` describes, cut to its length.
+/// An empty buffer with room for bytes `range` of the value `head` describes (cut to
+/// its length); [`copy_part`] fills it.
 fn part_buffer(head: &PagedHead, range: &Range<usize>) -> Vec<u8> {
     let z = range.end.min(head.value_len());
-    vec![0; z - range.start.min(z)]
+    Vec::with_capacity(z - range.start.min(z))
 }
 
 /// Checks value bytes `part` of the read `(offset, bytes)` of `seg` against `head`'s
-/// page checksums and copies them into `dest`, which holds the value from `from` on.
+/// page checksums and puts them into `dest`, which holds the value from `from` on. A
+/// part that continues `dest` is appended (reads mostly land in order, and nothing is
+/// zeroed first); one further on first extends `dest` with zeros up to its end, for an
+/// earlier part to fill when it lands.
 fn copy_part(
     seg: &Segment,
     head: &PagedHead,
     (buf_off, buf): (u64, &[u8]),
     part: &Range<usize>,
     from: usize,
-    dest: &mut [u8],
+    dest: &mut Vec<u8>,
 ) -> Result<()> {
     let bytes = head
         .extract(buf, buf_off, part.clone())
         .map_err(|(page, m)| Error::corruption(seg.file.path(), page, m))?;
-    let at = part.start - from;
-    dest[at..at + bytes.len()].copy_from_slice(bytes);
+    place(dest, part.start - from, bytes);
     Ok(())
+}
+
+/// Writes `bytes` at offset `at` of `dest`: appended when they continue it, else over
+/// it, extending it with zeros first where they reach past its end.
+fn place(dest: &mut Vec<u8>, at: usize, bytes: &[u8]) {
+    if at == dest.len() {
+        dest.extend_from_slice(bytes);
+        return;
+    }
+    let end = at + bytes.len();
+    if dest.len() < end {
+        dest.resize(end, 0);
+    }
+    dest[at..end].copy_from_slice(bytes);
 }
 
 /// Bytes `range` of `value`, cut to its length.
 fn cut(value: &[u8], range: &Range<usize>) -> Vec<u8> {
     let z = range.end.min(value.len());
     value[range.start.min(z)..z].to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::place;
+
+    #[test]
+    fn parts_placed_in_any_order_give_the_value() {
+        let value: Vec<u8> = (0..100u8).collect();
+        let pieces = [0..30, 30..64, 64..100];
+        for order in [[0, 1, 2], [2, 1, 0], [1, 2, 0], [2, 0, 1]] {
+            let mut dest = Vec::with_capacity(100);
+            for i in order {
+                let r = pieces[i].clone();
+                place(&mut dest, r.start, &value[r]);
+            }
+            assert_eq!(dest, value, "pieces placed in the order {order:?}");
+        }
+    }
 }

@@ -848,6 +848,21 @@ impl Db {
         self.collection(collection)?.multi_get_ranges(reqs)
     }
 
+    /// Like [`Db::multi_get_ranges`], but each part is written into the caller's
+    /// buffer `bufs[i]` (at least as long as `reqs[i]`'s range), with no buffer
+    /// allocated per part; returns each part's length (`None` for a missing key).
+    pub fn multi_get_ranges_into(
+        &self,
+        collection: &str,
+        reqs: &[crate::RangeRequest<'_>],
+        bufs: &mut [&mut [u8]],
+    ) -> Result<Vec<Option<usize>>> {
+        let c = self.collection(collection)?;
+        c.check_live()?;
+        let snap = self.inner.visible_seqno.load(Ordering::SeqCst);
+        self.inner.multi_get_ranges_into(c.id, reqs, bufs, snap)
+    }
+
     /// A consistent read-only view of the whole engine as of now.
     pub fn snapshot(&self) -> crate::Snapshot {
         crate::snapshot::Snapshot::new(self.inner.clone())

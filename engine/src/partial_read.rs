@@ -49,11 +49,50 @@ impl Inner {
         reqs: &[RangeRequest<'_>],
         snap: Seqno,
     ) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; reqs.len()];
+        self.ranges_into(coll, reqs, snap, &mut out)?;
+        Ok(out)
+    }
+
+    /// Like [`Self::multi_get_ranges`], but part `i` is written to `bufs[i]` (which must
+    /// hold `reqs[i]`'s range) and its length returned: no buffer per part.
+    pub(crate) fn multi_get_ranges_into(
+        &self,
+        coll: CollId,
+        reqs: &[RangeRequest<'_>],
+        bufs: &mut [&mut [u8]],
+        snap: Seqno,
+    ) -> Result<Vec<Option<usize>>> {
+        assert_eq!(reqs.len(), bufs.len(), "one buffer per request");
+        for (i, ((_, r), b)) in reqs.iter().zip(bufs.iter()).enumerate() {
+            if b.len() < r.len() {
+                return Err(Error::InvalidArgument(format!(
+                    "buffer {i} holds {} bytes, less than the {} of its range",
+                    b.len(),
+                    r.len()
+                )));
+            }
+        }
+        let mut out = Slices {
+            bufs,
+            lens: vec![None; reqs.len()],
+        };
+        self.ranges_into(coll, reqs, snap, &mut out)?;
+        Ok(out.lens)
+    }
+
+    /// The work of both: each found part is opened in `out` and its bytes placed.
+    fn ranges_into(
+        &self,
+        coll: CollId,
+        reqs: &[RangeRequest<'_>],
+        snap: Seqno,
+        out: &mut impl Parts,
+    ) -> Result<()> {
         let v = self.version.read().clone();
         self.stats
             .gets
             .fetch_add(reqs.len() as u64, Ordering::Relaxed);
-        let mut out: Vec<Option<Vec<u8>>> = vec![None; reqs.len()];
         let mut whole: Vec<(usize, &[u8], IndexEntry)> = Vec::new();
         let mut heads: Vec<Cold> = Vec::new();
         let mut parts: Vec<Part> = Vec::new();
@@ -72,7 +111,7 @@ impl Inner {
             if let Some(b) = self.data_cache.get(&at) {
                 let path = seg.file.path();
                 let r = crate::read_path::find_record_ref(&b, coll, key, e.seqno, path, at.1)?;
-                out[slot] = Some(cut(r.value, range));
+                put_cut(out, slot, r.value, range);
             } else if let Some(head) = self.head_cache.get(&at) {
                 parts.push(Part { slot, seg, head });
             } else if 2 * (range.end.min(g.value_len)).saturating_sub(range.start) >= g.value_len
@@ -94,13 +133,13 @@ impl Inner {
         }
         // Heads not cached: read each with the part's pages where the rotated layout
         // puts them (one round trip), then verify and cache the head.
-        self.read_cold_parts(coll, reqs, &heads, &mut out, &mut parts)?;
+        self.read_cold_parts(coll, reqs, &heads, out, &mut parts)?;
         // The parts themselves: the pages holding each (an empty part reads nothing).
         let mut spans = Vec::with_capacity(parts.len());
         let mut reading = Vec::with_capacity(parts.len());
         for (j, p) in parts.iter().enumerate() {
             let r = &reqs[p.slot].1;
-            out[p.slot] = Some(part_buffer(&p.head, r));
+            out.open(p.slot, part_len(&p.head, r));
             for read in p.head.reads_for(r.start, r.end) {
                 spans.push((&p.seg, read.start, read.len));
                 reading.push((j, read.part));
@@ -109,9 +148,9 @@ impl Inner {
         self.read_spans(&spans, |i, r| {
             let (j, part) = &reading[i];
             let p = &parts[*j];
-            let dest = out[p.slot].as_mut().expect("allocated above");
             let read = (r.off, &r.buf[..r.done]);
-            copy_part(&p.seg, &p.head, read, part, reqs[p.slot].1.start, dest)
+            let from = reqs[p.slot].1.start;
+            copy_part(&p.seg, &p.head, read, part, from, (&mut *out, p.slot))
         })?;
         // Everything else: whole values, cut.
         let slots = reqs.len();
@@ -121,10 +160,10 @@ impl Inner {
         }
         for (slot, value) in f.values.into_iter().enumerate() {
             if let Some(value) = value {
-                out[slot] = Some(cut(&value, &reqs[slot].1));
+                put_cut(out, slot, &value, &reqs[slot].1);
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Reads the parts `cold` of `reqs` together with their blocks' heads: each head's
@@ -138,7 +177,7 @@ impl Inner {
         coll: CollId,
         reqs: &[RangeRequest<'_>],
         cold: &[Cold],
-        out: &mut [Option<Vec<u8>>],
+        out: &mut impl Parts,
         parts: &mut Vec<Part>,
     ) -> Result<()> {
         // Per cold part: the span of its head read, and its reads with the span each
@@ -184,23 +223,32 @@ impl Inner {
             }
         }
         let mut heads: Vec<Option<Arc<PagedHead>>> = vec![None; cold.len()];
-        let mut dests: Vec<Option<Vec<u8>>> = vec![None; cold.len()];
+        // Whether the head showed the predicted layout (the part is opened in `out`).
+        let mut matched = vec![false; cold.len()];
         let mut early: Vec<(usize, u64, Vec<u8>)> = Vec::new();
-        // Copies the parts of cold part `c` that read `span` holds into its buffer (none
-        // if its head showed another layout: those are read again below).
+        // Copies the parts of cold part `c` that read `span` holds into `out` (none if
+        // its head showed another layout: those are read again below).
         let fill = |c: usize,
                     span: usize,
                     (buf_off, buf): (u64, &[u8]),
                     head: &PagedHead,
-                    dest: &mut Option<Vec<u8>>|
+                    matched: bool,
+                    out: &mut dyn Parts|
          -> Result<()> {
-            let Some(dest) = dest.as_mut() else {
+            if !matched {
                 return Ok(());
-            };
+            }
             let (_, reads, served) = &plans[c];
+            let (slot, from) = (cold[c].slot, reqs[cold[c].slot].1.start);
             for (r, _) in reads.iter().zip(served).filter(|(_, &i)| i == span) {
-                let from = reqs[cold[c].slot].1.start;
-                copy_part(&cold[c].seg, head, (buf_off, buf), &r.part, from, dest)?;
+                copy_part(
+                    &cold[c].seg,
+                    head,
+                    (buf_off, buf),
+                    &r.part,
+                    from,
+                    (out, slot),
+                )?;
             }
             Ok(())
         };
@@ -216,12 +264,13 @@ impl Inner {
                 self.head_cache
                     .insert((cd.seg.id, cd.g.off), head.clone(), head.charge());
                 if *head.layout() == cd.g.rotated_layout() {
-                    dests[c] = Some(part_buffer(&head, &reqs[cd.slot].1));
+                    matched[c] = true;
+                    out.open(cd.slot, part_len(&head, &reqs[cd.slot].1));
                 }
-                fill(c, i, read, &head, &mut dests[c])?;
+                fill(c, i, read, &head, matched[c], out)?;
                 heads[c] = Some(head);
             } else if let Some(head) = &heads[c] {
-                fill(c, i, read, head, &mut dests[c])?;
+                fill(c, i, read, head, matched[c], out)?;
             } else {
                 early.push((i, r.off, read.1.to_vec()));
             }
@@ -230,17 +279,16 @@ impl Inner {
         for (i, off, buf) in early {
             let c = owner[i];
             let head = heads[c].as_ref().expect("every head was read");
-            fill(c, i, (off, &buf), head, &mut dests[c])?;
+            fill(c, i, (off, &buf), head, matched[c], out)?;
         }
         for (c, head) in heads.into_iter().enumerate() {
             let head = head.expect("every head was read");
-            match dests[c].take() {
-                Some(dest) => out[cold[c].slot] = Some(dest),
-                None => parts.push(Part {
+            if !matched[c] {
+                parts.push(Part {
                     slot: cold[c].slot,
                     seg: cold[c].seg.clone(),
                     head,
-                }),
+                });
             }
         }
         Ok(())
@@ -302,35 +350,67 @@ fn is_rotated(seg: &Segment, off: u64) -> bool {
         .is_some_and(|b| b.flags & crate::block::FLAG_ROTATED != 0)
 }
 
-/// An empty buffer with room for bytes `range` of the value `head` describes (cut to
-/// its length); [`copy_part`] fills it.
-fn part_buffer(head: &PagedHead, range: &Range<usize>) -> Vec<u8> {
+/// Where found parts go: a buffer per part, or the caller's buffers.
+pub(crate) trait Parts {
+    /// Slot `slot`'s key exists; its part is `len` bytes, placed next.
+    fn open(&mut self, slot: usize, len: usize);
+    /// Bytes at offset `at` of slot `slot`'s (opened) part.
+    fn place(&mut self, slot: usize, at: usize, bytes: &[u8]);
+}
+
+impl Parts for Vec<Option<Vec<u8>>> {
+    fn open(&mut self, slot: usize, len: usize) {
+        self[slot] = Some(Vec::with_capacity(len));
+    }
+
+    fn place(&mut self, slot: usize, at: usize, bytes: &[u8]) {
+        place(self[slot].as_mut().expect("opened"), at, bytes);
+    }
+}
+
+/// The caller's buffers, and the length of each found part.
+struct Slices<'a, 'b> {
+    bufs: &'a mut [&'b mut [u8]],
+    lens: Vec<Option<usize>>,
+}
+
+impl Parts for Slices<'_, '_> {
+    fn open(&mut self, slot: usize, len: usize) {
+        self.lens[slot] = Some(len);
+    }
+
+    fn place(&mut self, slot: usize, at: usize, bytes: &[u8]) {
+        self.bufs[slot][at..at + bytes.len()].copy_from_slice(bytes);
+    }
+}
+
+/// Length of bytes `range` of the value `head` describes, cut to its length.
+fn part_len(head: &PagedHead, range: &Range<usize>) -> usize {
     let z = range.end.min(head.value_len());
-    Vec::with_capacity(z - range.start.min(z))
+    z - range.start.min(z)
 }
 
 /// Checks value bytes `part` of the read `(offset, bytes)` of `seg` against `head`'s
-/// page checksums and puts them into `dest`, which holds the value from `from` on. A
-/// part that continues `dest` is appended (reads mostly land in order, and nothing is
-/// zeroed first); one further on first extends `dest` with zeros up to its end, for an
-/// earlier part to fill when it lands.
+/// page checksums and places them in slot `slot` of `out`, whose part holds the value
+/// from `from` on.
 fn copy_part(
     seg: &Segment,
     head: &PagedHead,
     (buf_off, buf): (u64, &[u8]),
     part: &Range<usize>,
     from: usize,
-    dest: &mut Vec<u8>,
+    (out, slot): (&mut (impl Parts + ?Sized), usize),
 ) -> Result<()> {
     let bytes = head
         .extract(buf, buf_off, part.clone())
         .map_err(|(page, m)| Error::corruption(seg.file.path(), page, m))?;
-    place(dest, part.start - from, bytes);
+    out.place(slot, part.start - from, bytes);
     Ok(())
 }
 
-/// Writes `bytes` at offset `at` of `dest`: appended when they continue it, else over
-/// it, extending it with zeros first where they reach past its end.
+/// Writes `bytes` at offset `at` of `dest`: appended when they continue it (reads
+/// mostly land in order, and nothing is zeroed first), else over it, extending it with
+/// zeros first where they reach past its end (for an earlier part landing later).
 fn place(dest: &mut Vec<u8>, at: usize, bytes: &[u8]) {
     if at == dest.len() {
         dest.extend_from_slice(bytes);
@@ -343,10 +423,12 @@ fn place(dest: &mut Vec<u8>, at: usize, bytes: &[u8]) {
     dest[at..end].copy_from_slice(bytes);
 }
 
-/// Bytes `range` of `value`, cut to its length.
-fn cut(value: &[u8], range: &Range<usize>) -> Vec<u8> {
+/// Opens slot `slot` of `out` with bytes `range` of `value`, cut to its length.
+fn put_cut(out: &mut impl Parts, slot: usize, value: &[u8], range: &Range<usize>) {
     let z = range.end.min(value.len());
-    value[range.start.min(z)..z].to_vec()
+    let part = &value[range.start.min(z)..z];
+    out.open(slot, part.len());
+    out.place(slot, 0, part);
 }
 
 #[cfg(test)]

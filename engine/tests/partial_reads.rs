@@ -63,7 +63,30 @@ fn check_batches(db: &Db, seed: u64, keys: u64) {
             );
             assert!(got[i] == want, "batch {batch} key {k:?} range {r:?}: bytes");
         }
+        // The same parts written into the caller's buffers (filled with junk first).
+        let mut bufs: Vec<Vec<u8>> = refs.iter().map(|(_, r)| vec![0xa5; r.len()]).collect();
+        let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+        let lens = db.multi_get_ranges_into("c", &refs, &mut slices).unwrap();
+        for (i, (k, r)) in refs.iter().enumerate() {
+            let into = lens[i].map(|n| bufs[i][..n].to_vec());
+            assert!(into == got[i], "batch {batch} key {k:?} range {r:?}: into");
+        }
     }
+}
+
+#[test]
+fn a_buffer_shorter_than_its_range_is_refused() {
+    let (_dir, db) = cold_chunks(1, IoBackend::Psync);
+    let mut short = [0u8; 10];
+    let err = db
+        .multi_get_ranges_into(
+            "c",
+            &[(&0u64.to_be_bytes()[..], 0..11)],
+            &mut [&mut short[..]],
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert!(err.to_string().contains("holds 10 bytes"), "{err}");
 }
 
 #[test]

@@ -651,9 +651,6 @@ fn extend_padded(out: &mut Vec<u8>, d: &[u8], a: usize, z: usize) {
     out.resize(out.len() + (z - a - have.len()), 0);
 }
 
-/// The value parts of one collection's `multi_get_ranges`, taken in request order.
-type Fetched = std::vec::IntoIter<Option<Vec<u8>>>;
-
 /// Where each piece of a read comes from.
 pub enum ReadSource {
     Bytes(Vec<u8>),
@@ -663,6 +660,41 @@ pub enum ReadSource {
         a: usize,
         z: usize,
     },
+}
+
+/// Read buffers this thread has replied from, for its next reads.
+const KEPT_READ_BUFFERS: usize = 2;
+
+thread_local! {
+    static READ_BUFFERS: std::cell::RefCell<Vec<Vec<u8>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A buffer of `len` bytes for a read's result. One this thread gave back is reused
+/// with its old bytes in place (no zeroing, no fresh pages): the read overwrites all.
+fn read_buffer(len: usize) -> Vec<u8> {
+    let mut b = READ_BUFFERS
+        .with(|p| p.borrow_mut().pop())
+        .unwrap_or_default();
+    if b.len() >= len {
+        b.truncate(len);
+    } else {
+        b.resize(len, 0);
+    }
+    b
+}
+
+/// Gives a read's buffer back once its reply is sent (kept if this thread keeps fewer
+/// than [`KEPT_READ_BUFFERS`] and it is at most 2 MiB).
+pub fn recycle_read_buffer(b: Vec<u8>) {
+    if b.capacity() <= 2 << 20 {
+        READ_BUFFERS.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.len() < KEPT_READ_BUFFERS {
+                p.push(b);
+            }
+        });
+    }
 }
 
 impl ReadSource {
@@ -682,6 +714,11 @@ pub struct ReadPlan {
 }
 
 impl ReadPlan {
+    /// Bytes the read returns.
+    pub fn len(&self) -> usize {
+        self.parts.iter().map(ReadSource::len).sum()
+    }
+
     /// Whether every piece is already in memory (no engine read needed).
     pub fn in_memory(&self) -> bool {
         self.parts.iter().all(|p| matches!(p, ReadSource::Bytes(_)))
@@ -693,55 +730,55 @@ impl ReadPlan {
         r.pop().unwrap_or(Err(e(libc::EIO)))
     }
 
-    /// Executes many plans with one engine `multi_get_ranges` per collection (one
+    /// Executes many plans with one engine `multi_get_ranges_into` per collection (one
     /// io_uring submission for all their reads; a piece of a large chunk reads only the
-    /// pages that hold it); results in the order of `plans`.
+    /// pages that hold it); results in the order of `plans`. Each read is assembled in
+    /// one buffer of its final size, the engine writing every piece in place.
     pub fn execute_all(
         plans: Vec<ReadPlan>,
         db: &basalt_engine::Db,
     ) -> Vec<Result<Vec<u8>, Errno>> {
-        let mut by_coll: BTreeMap<&str, Vec<basalt_engine::RangeRequest>> = BTreeMap::new();
-        for p in &plans {
+        let mut outs: Vec<Vec<u8>> = plans.iter().map(|p| read_buffer(p.len())).collect();
+        // Per collection: the engine pieces and the parts of `outs` they go to.
+        type Pieces<'a> = (Vec<basalt_engine::RangeRequest<'a>>, Vec<&'a mut [u8]>);
+        let mut by_coll: BTreeMap<&str, Pieces> = BTreeMap::new();
+        for (p, out) in plans.iter().zip(outs.iter_mut()) {
+            let mut rest = &mut out[..];
             for part in &p.parts {
-                if let ReadSource::Key { key, a, z } = part {
-                    by_coll.entry(&p.coll).or_default().push((key, *a..*z));
+                let (here, tail) = std::mem::take(&mut rest).split_at_mut(part.len());
+                rest = tail;
+                match part {
+                    ReadSource::Bytes(b) => here.copy_from_slice(b),
+                    ReadSource::Key { key, a, z } => {
+                        let (reqs, bufs) = by_coll.entry(&p.coll).or_default();
+                        reqs.push((key, *a..*z));
+                        bufs.push(here);
+                    }
                 }
             }
         }
-        let mut fetched: BTreeMap<&str, Result<Fetched, Errno>> = BTreeMap::new();
-        for (coll, reqs) in by_coll {
-            let r = db
-                .multi_get_ranges(coll, &reqs)
-                .map(|v| v.into_iter())
-                .map_err(|err| engine_err(coll, reqs[0].0, &err));
-            fetched.insert(coll, r);
-        }
+        // A missing key or a piece past the value's end reads as zeros (a hole). Every
+        // byte of every buffer is written: a reused buffer holds an earlier read's bytes.
+        let failed: BTreeMap<&str, Errno> = by_coll
+            .into_iter()
+            .filter_map(|(coll, (reqs, mut bufs))| {
+                match db.multi_get_ranges_into(coll, &reqs, &mut bufs) {
+                    Ok(lens) => {
+                        for (buf, n) in bufs.iter_mut().zip(lens) {
+                            buf[n.unwrap_or(0)..].fill(0);
+                        }
+                        None
+                    }
+                    Err(err) => Some((coll, engine_err(coll, reqs[0].0, &err))),
+                }
+            })
+            .collect();
         plans
             .iter()
-            .map(|p| {
-                let len: usize = p.parts.iter().map(ReadSource::len).sum();
-                let mut out = Vec::new();
-                for part in &p.parts {
-                    match part {
-                        ReadSource::Bytes(b) => out.extend_from_slice(b),
-                        ReadSource::Key { a, z, .. } => {
-                            let values = fetched
-                                .get_mut(p.coll.as_str())
-                                .ok_or(e(libc::EIO))?
-                                .as_mut()
-                                .map_err(|err| *err)?;
-                            let d = values.next().ok_or(e(libc::EIO))?.unwrap_or_default();
-                            if out.is_empty() && d.len() == len {
-                                // The whole read is this one part: no copy.
-                                out = d;
-                                continue;
-                            }
-                            out.reserve_exact(len - out.len());
-                            extend_padded(&mut out, &d, 0, z - a);
-                        }
-                    }
-                }
-                Ok(out)
+            .zip(outs)
+            .map(|(p, out)| match failed.get(p.coll.as_str()) {
+                Some(err) => Err(*err),
+                None => Ok(out),
             })
             .collect()
     }

@@ -806,7 +806,10 @@ type ReadDone = (Result<Vec<u8>, Errno>, ReplyData);
 
 fn send_read(r: Result<Vec<u8>, Errno>, reply: ReplyData) {
     match r {
-        Ok(d) => reply.data(&d),
+        Ok(d) => {
+            reply.data(&d);
+            crate::fs::recycle_read_buffer(d);
+        }
         Err(e) => reply.error(ferr(e)),
     }
 }

@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use basalt_fusefs::mount;
+use basalt_fusefs::{mount, MountHandle};
 use common::{assert_bytes, mount_config, open_db, pattern};
 
 fn stats(mp: &Path) -> serde_json::Value {
@@ -20,6 +20,16 @@ fn requests(mp: &Path, op: &str) -> u64 {
     stats(mp)["filesystem"]["requests"][op]
         .as_u64()
         .unwrap_or_else(|| panic!("no request count for {op}"))
+}
+
+/// A fresh data directory mounted with the default options, with collection `c`.
+fn mounted_with_collection_c() -> (tempfile::TempDir, std::path::PathBuf, MountHandle) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
+    std::fs::create_dir_all(&mp).unwrap();
+    let h = mount(open_db(&data), mount_config(&mp)).unwrap();
+    std::fs::create_dir(mp.join("c")).unwrap();
+    (tmp, mp, h)
 }
 
 #[test]
@@ -77,11 +87,7 @@ fn close_sends_no_flush_and_release_commits_the_data() {
 #[test]
 fn writes_ask_for_security_capability_once_per_open_not_once_per_write() {
     require_fuse!();
-    let tmp = tempfile::tempdir().unwrap();
-    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
-    std::fs::create_dir_all(&mp).unwrap();
-    let h = mount(open_db(&data), mount_config(&mp)).unwrap();
-    std::fs::create_dir(mp.join("c")).unwrap();
+    let (_tmp, mp, h) = mounted_with_collection_c();
     let path = mp.join("c/f");
     let before = requests(&mp, "getxattr");
     let block = pattern(3, 4096);
@@ -222,4 +228,48 @@ fn a_cold_sequential_read_goes_out_in_1_mib_requests_under_the_default_readahead
         small >= 64,
         "{small} READ requests for 16 MiB at 256 KiB readahead"
     );
+}
+
+/// Read buffers are reused per thread with their old bytes in place: a read of holes
+/// and short chunks right after reads of other data must still return zeros there.
+#[test]
+fn reused_read_buffers_never_leak_earlier_bytes_into_holes() {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    require_fuse!();
+    let (_tmp, mp, h) = mounted_with_collection_c();
+    let full = vec![0xabu8; 1 << 20];
+    std::fs::write(mp.join("c/full"), &full).unwrap();
+    // A hole of 1 MiB, then 100 bytes: its last chunk is shorter than the chunk size.
+    let sparse = std::fs::File::create(mp.join("c/sparse")).unwrap();
+    sparse.write_all_at(&[7u8; 100], 1 << 20).unwrap();
+    sparse.sync_all().unwrap();
+    drop(sparse);
+    let open = |name: &str| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(mp.join("c").join(name))
+            .unwrap()
+    };
+    let (f, s) = (open("full"), open("sparse"));
+    // 4 KiB-aligned buffers, as O_DIRECT wants.
+    let mut raw = vec![0u8; (2 << 20) + 4096];
+    let at = raw.as_ptr().align_offset(4096);
+    let buf = &mut raw[at..at + (1 << 20) + 4096];
+    for round in 0..20 {
+        assert_eq!(f.read_at(&mut buf[..1 << 20], 0).unwrap(), 1 << 20);
+        assert!(buf[..1 << 20] == full[..], "round {round}: full file");
+        let n = s.read_at(buf, 0).unwrap();
+        assert_eq!(n, (1 << 20) + 100, "round {round}: sparse file length");
+        assert!(
+            buf[..1 << 20].iter().all(|&b| b == 0),
+            "round {round}: the hole holds non-zero bytes"
+        );
+        assert!(
+            buf[1 << 20..n].iter().all(|&b| b == 7),
+            "round {round}: tail"
+        );
+    }
+    drop((f, s));
+    h.unmount().unwrap();
 }

@@ -209,8 +209,7 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
         shared: shared.clone(),
     };
     let done = shared.done.clone();
-    let (unmounter, session) = start_session(fs, &cfg, mopts, done.clone())?;
-    set_readahead(&cfg.mountpoint, readahead_kb);
+    let (unmounter, session) = start_session(fs, &cfg, mopts, readahead_kb, done.clone())?;
     let fl_shared = shared.clone();
     let flusher = std::thread::Builder::new()
         .name("basalt-flush".into())
@@ -239,8 +238,7 @@ pub fn mount_null(cfg: MountConfig) -> Result<MountHandle, FsError> {
     let readahead_kb = opts.readahead_kb;
     let fs = crate::nullfs::NullFs::new(opts);
     let done = fs.done.clone();
-    let (unmounter, session) = start_session(fs, &cfg, mopts, done.clone())?;
-    set_readahead(&cfg.mountpoint, readahead_kb);
+    let (unmounter, session) = start_session(fs, &cfg, mopts, readahead_kb, done.clone())?;
     Ok(MountHandle {
         mountpoint: cfg.mountpoint,
         shared: None,
@@ -254,11 +252,13 @@ pub fn mount_null(cfg: MountConfig) -> Result<MountHandle, FsError> {
 type SessionThread = JoinHandle<std::io::Result<()>>;
 
 /// Mounts `fs` and serves it on `cfg.threads` workers (one per core for 0), each
-/// with its own cloned `/dev/fuse` fd; `done` is marked when the session ends.
+/// with its own cloned `/dev/fuse` fd, then sets the mount's readahead; `done` is
+/// marked when the session ends.
 fn start_session<F: Filesystem>(
     fs: F,
     cfg: &MountConfig,
     mut mopts: Vec<MountOption>,
+    readahead_kb: u32,
     done: Arc<Done>,
 ) -> Result<(SessionUnmounter, SessionThread), FsError> {
     let threads = match cfg.threads {
@@ -292,6 +292,7 @@ fn start_session<F: Filesystem>(
             mountpoint: mountpoint.clone(),
             source: e,
         })?;
+    set_readahead(mountpoint, readahead_kb);
     Ok((unmounter, thread))
 }
 

@@ -120,19 +120,9 @@ fn writes_ask_for_security_capability_once_per_open_not_once_per_write() {
 fn a_4k_direct_read_from_a_large_file_reads_its_page_not_the_whole_chunk() {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
     require_fuse!();
-    let tmp = tempfile::tempdir().unwrap();
-    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
-    std::fs::create_dir_all(&mp).unwrap();
-    let cfg = mount_config(&mp);
     let content = pattern(7, 4 << 20);
-    {
-        let h = mount(open_db(&data), cfg.clone()).unwrap();
-        std::fs::create_dir(mp.join("c")).unwrap();
-        std::fs::write(mp.join("c/big"), &content).unwrap();
-        h.unmount().unwrap();
-    }
     // Remounted: the engine's caches are cold.
-    let h = mount(open_db(&data), cfg).unwrap();
+    let (_tmp, mp, h) = written_then_remounted(&[], "big", &content);
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECT)
@@ -169,26 +159,39 @@ fn a_4k_direct_read_from_a_large_file_reads_its_page_not_the_whole_chunk() {
     h.unmount().unwrap();
 }
 
-/// READ requests and the mount's readahead while `reader` reads a cold 16 MiB file
-/// front to back in 128 KiB `read(2)`s, with `-o readahead_kb=` `ra` (None: default).
-fn sequential_read_requests(ra: Option<u32>) -> (u64, u32) {
-    use std::io::Read;
+/// A fresh data directory where `c/<name>` was written with `content` through a mount
+/// (with the `-o` options `opts`), then mounted again: the engine's caches and the
+/// file's page cache are cold.
+fn written_then_remounted(
+    opts: &[String],
+    name: &str,
+    content: &[u8],
+) -> (tempfile::TempDir, std::path::PathBuf, MountHandle) {
     let tmp = tempfile::tempdir().unwrap();
     let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
     std::fs::create_dir_all(&mp).unwrap();
     let mut cfg = mount_config(&mp);
-    if let Some(kb) = ra {
-        cfg.options.push(format!("readahead_kb={kb}"));
-    }
-    let content = pattern(11, 16 << 20);
+    cfg.options.extend(opts.iter().cloned());
     {
         let h = mount(open_db(&data), cfg.clone()).unwrap();
         std::fs::create_dir(mp.join("c")).unwrap();
-        std::fs::write(mp.join("c/seq"), &content).unwrap();
+        std::fs::write(mp.join("c").join(name), content).unwrap();
         h.unmount().unwrap();
     }
-    // Remounted: the page cache of the file went with the old mount.
     let h = mount(open_db(&data), cfg).unwrap();
+    (tmp, mp, h)
+}
+
+/// READ requests and the mount's readahead while a cold 16 MiB file is read front to
+/// back in 128 KiB `read(2)`s, with `-o readahead_kb=` `ra` (None: the default).
+fn sequential_read_requests(ra: Option<u32>) -> (u64, u32) {
+    use std::io::Read;
+    let opts: Vec<String> = ra
+        .map(|kb| format!("readahead_kb={kb}"))
+        .into_iter()
+        .collect();
+    let content = pattern(11, 16 << 20);
+    let (_tmp, mp, h) = written_then_remounted(&opts, "seq", &content);
     let ra_file = basalt_fusefs::readahead_file(&mp).unwrap();
     let kb: u32 = std::fs::read_to_string(&ra_file)
         .unwrap()

@@ -125,6 +125,8 @@ pub struct EngineSection {
     /// Put blocks just written into the block cache (for workloads that read back
     /// what they just wrote).
     pub cache_writes: bool,
+    /// Load index blocks into the index cache in the background at open.
+    pub warm_index_cache: bool,
     pub background_gc: bool,
 }
 
@@ -143,6 +145,7 @@ impl Default for EngineSection {
             io_backend: IoBackendSetting(d.io_backend),
             read_poll_micros: d.read_poll_micros,
             cache_writes: d.cache_writes,
+            warm_index_cache: d.warm_index_cache,
             background_gc: d.background_gc,
         }
     }
@@ -168,6 +171,7 @@ impl EngineSection {
             io_backend: self.io_backend.0,
             read_poll_micros: self.read_poll_micros,
             cache_writes: self.cache_writes,
+            warm_index_cache: self.warm_index_cache,
             background_gc: self.background_gc,
             create_if_missing: true,
         }
@@ -383,7 +387,7 @@ mod tests {
     #[test]
     fn engine_options_follow_the_file() {
         let c = parse(
-            "[engine]\ncompression = \"zstd:5\"\ndurability = \"periodic\"\nsync_interval_ms = 50\nmemory_budget_mib = 64\nio_backend = \"psync\"\nread_poll_micros = 0\ncache_writes = true\n",
+            "[engine]\ncompression = \"zstd:5\"\ndurability = \"periodic\"\nsync_interval_ms = 50\nmemory_budget_mib = 64\nio_backend = \"psync\"\nread_poll_micros = 0\ncache_writes = true\nwarm_index_cache = false\n",
         )
         .unwrap();
         let o = c.engine.options();
@@ -391,6 +395,7 @@ mod tests {
         assert_eq!(o.durability, basalt_engine::Durability::SyncEveryMs(50));
         assert_eq!(o.memory_budget, 64 << 20);
         assert!(o.cache_writes);
+        assert!(!o.warm_index_cache);
         assert_eq!(o.io_backend, basalt_engine::IoBackend::Psync);
         assert_eq!(o.read_poll_micros, 0);
         let e = parse("[engine]\nio_backend = \"aio\"\n").unwrap_err();

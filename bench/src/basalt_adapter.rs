@@ -7,7 +7,8 @@
 //! default writes the WAL without fsync too); `--cache_size`/`--memory_budget` → the engine's
 //! whole memory budget; either direct-IO flag → O_DIRECT; `--target_fill` → GC's target fill;
 //! `--io_backend=io_uring|psync` → the engine's read backend; `--read_poll_micros` → how long
-//! an io_uring read polls before sleeping; `--block_size` → the log block size (engine
+//! an io_uring read polls before sleeping; `--warm_index_cache=0` → start with a cold
+//! index cache (the engine warms it at open by default); `--block_size` → the log block size (engine
 //! default 16 KiB when absent); `--prepopulate_block_cache=1` → cache each log block as
 //! it is written.
 
@@ -55,6 +56,7 @@ pub fn engine_options(o: &EngineOptions) -> Result<Options, EngineError> {
         memory_budget: o.memory_budget,
         direct_io: o.direct_reads || o.direct_writes,
         cache_writes: o.cache_writes,
+        warm_index_cache: o.warm_index_cache,
         create_if_missing: true,
         ..Options::default()
     };

@@ -78,6 +78,8 @@ pub struct EngineOptions {
     pub io_backend: Option<IoBackend>,
     /// Microseconds an io_uring read polls before sleeping, `None` = engine default.
     pub read_poll_micros: Option<u64>,
+    /// Warm the index cache at open (`--warm_index_cache`, Basalt only).
+    pub warm_index_cache: bool,
     /// Log block size in bytes (`--block_size`), `None` = engine default.
     pub block_size: Option<usize>,
     /// Put blocks into the block cache as they are written (`--prepopulate_block_cache`).

@@ -47,6 +47,7 @@ const FLAG_TABLE: &[(&str, Kind)] = &[
     ("target_fill", Kind::Value),
     ("io_backend", Kind::Value),
     ("read_poll_micros", Kind::Value),
+    ("warm_index_cache", Kind::Value),
     ("memory_budget", Kind::Value),
     ("arrival_rate", Kind::Value),
     ("response_time_sla_us", Kind::Value),
@@ -96,6 +97,8 @@ pub struct Flags {
     pub io_backend: Option<IoBackend>,
     /// Microseconds an io_uring read polls before sleeping (`None`: engine default).
     pub read_poll_micros: Option<u64>,
+    /// `--warm_index_cache` (Basalt-only, default 1): 0 starts with a cold index cache.
+    pub warm_index_cache: bool,
     /// Open-loop offered rate, operations per second for all threads together; 0 = closed loop.
     pub arrival_rate: f64,
     pub response_time_sla_us: u64,
@@ -137,6 +140,7 @@ impl Default for Flags {
             target_fill: None,
             io_backend: None,
             read_poll_micros: None,
+            warm_index_cache: true,
             arrival_rate: 0.0,
             response_time_sla_us: 1000,
             progress_interval_seconds: 10,
@@ -297,6 +301,13 @@ impl Flags {
                 })
             }
             "read_poll_micros" => self.read_poll_micros = Some(num(name, v)?),
+            "warm_index_cache" => {
+                self.warm_index_cache = match v {
+                    "0" => false,
+                    "1" => true,
+                    _ => return Err(bad(name, v, "expected 0 or 1")),
+                }
+            }
             "arrival_rate" => self.arrival_rate = num(name, v)?,
             "response_time_sla_us" => self.response_time_sla_us = num(name, v)?,
             "progress_interval_seconds" => self.progress_interval_seconds = num(name, v)?,
@@ -373,6 +384,7 @@ impl Flags {
             direct_writes: self.use_direct_io_for_flush_and_compaction,
             io_backend: self.io_backend,
             read_poll_micros: self.read_poll_micros,
+            warm_index_cache: self.warm_index_cache,
             block_size: self.block_size,
             cache_writes: self.prepopulate_block_cache,
         }

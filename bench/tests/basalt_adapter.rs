@@ -36,6 +36,7 @@ fn opts(dir: &std::path::Path, fresh: bool) -> EngineOptions {
         direct_writes: false,
         io_backend: None,
         read_poll_micros: None,
+        warm_index_cache: true,
         block_size: None,
         cache_writes: false,
     }
@@ -120,7 +121,9 @@ fn options_map_as_documented() {
     o.block_size = Some(4096);
     o.read_poll_micros = Some(0);
     o.cache_writes = true;
+    o.warm_index_cache = false;
     let e = engine_options(&o).unwrap();
+    assert!(!e.warm_index_cache);
     assert_eq!(e.block_size, 4096);
     assert!(e.cache_writes);
     assert_eq!(e.read_poll_micros, 0);

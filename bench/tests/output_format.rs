@@ -107,6 +107,7 @@ fn flag_forms_follow_gflags() {
         "--target_fill=80",
         "--block_size=4096",
         "--read_poll_micros=50",
+        "--warm_index_cache=0",
         "--prepopulate_block_cache=1",
     ])
     .unwrap();
@@ -114,6 +115,7 @@ fn flag_forms_follow_gflags() {
     assert!(!Flags::default().prepopulate_block_cache);
     assert_eq!(f.block_size, Some(4096));
     assert_eq!(f.read_poll_micros, Some(50));
+    assert!(!f.warm_index_cache && Flags::default().warm_index_cache);
     assert_eq!((f.num, f.threads, f.value_size), (10, 3, 400));
     assert!(f.histogram && !f.use_existing_db);
     assert_eq!(f.cache_size, 1 << 20);

@@ -28,6 +28,30 @@ struct Shard<K, V> {
     used: usize,
 }
 
+impl<K: Hash + Eq + Clone, V> Shard<K, V> {
+    /// Adds an entry for `k` (not yet in the shard) in a free slot or a new one.
+    fn place(&mut self, k: K, val: Arc<V>, charge: usize) {
+        let slot = Slot {
+            key: k.clone(),
+            val,
+            charge,
+            referenced: false,
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(slot);
+                i
+            }
+            None => {
+                self.slots.push(Some(slot));
+                self.slots.len() - 1
+            }
+        };
+        self.map.insert(k, i);
+        self.used += charge;
+    }
+}
+
 /// Byte-bounded cache of immutable values.
 pub struct ClockCache<K, V> {
     shards: Vec<Mutex<Shard<K, V>>>,
@@ -156,6 +180,23 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
         self.insert_hashed(k, hv, v, charge);
     }
 
+    /// Inserts `v` only if `k`'s shard has room for it without evicting anything;
+    /// returns false when it has not. For filling a cache ahead of use (warming), so
+    /// that a warm-up never pushes out what reads brought in. A key already cached
+    /// is left as it is (true).
+    pub fn insert_if_room(&self, k: K, v: Arc<V>, charge: usize) -> bool {
+        let cap = self.cap_per_shard.load(Ordering::Relaxed);
+        let mut s = self.shard(Self::hash(&k)).lock();
+        if s.map.contains_key(&k) {
+            return true;
+        }
+        if s.used + charge > cap {
+            return false;
+        }
+        s.place(k, v, charge);
+        true
+    }
+
     fn insert_hashed(&self, k: K, hv: u64, v: Arc<V>, charge: usize) {
         let cap = self.cap_per_shard.load(Ordering::Relaxed);
         if charge > cap {
@@ -185,24 +226,7 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
                 }
             }
         }
-        let slot = Slot {
-            key: k.clone(),
-            val: v,
-            charge,
-            referenced: false,
-        };
-        let i = match s.free.pop() {
-            Some(i) => {
-                s.slots[i] = Some(slot);
-                i
-            }
-            None => {
-                s.slots.push(Some(slot));
-                s.slots.len() - 1
-            }
-        };
-        s.map.insert(k, i);
-        s.used += charge;
+        s.place(k, v, charge);
     }
 
     /// Drops every entry matching `pred` (e.g. blocks of a deleted file).
@@ -270,6 +294,32 @@ mod tests {
         assert!(c.get(&0).is_none(), "oldest entry must have been evicted");
         c.retain(|k| *k != 1 << 40);
         assert!(c.get(&(1 << 40)).is_none());
+    }
+
+    #[test]
+    fn insert_if_room_fills_up_to_the_budget_and_never_evicts() {
+        let c: ClockCache<u64, Vec<u8>> = ClockCache::new(16 * 1000);
+        c.insert(u64::MAX, Arc::new(vec![7]), 100);
+        let mut refused = 0;
+        for i in 0..1000u64 {
+            if !c.insert_if_room(i, Arc::new(vec![]), 100) {
+                refused += 1;
+            }
+            assert!(c.used() <= c.capacity());
+        }
+        assert!(refused > 0, "a full cache must refuse");
+        assert!(c.used() > c.capacity() - 16 * 100, "room was left unused");
+        assert_eq!(
+            c.get(&u64::MAX).map(|v| v[0]),
+            Some(7),
+            "an entry cached before the warm-up was evicted"
+        );
+        assert!(c.insert_if_room(u64::MAX, Arc::new(vec![8]), 100));
+        assert_eq!(
+            c.get(&u64::MAX).map(|v| v[0]),
+            Some(7),
+            "a cached entry was replaced"
+        );
     }
 
     #[test]

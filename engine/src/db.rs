@@ -689,6 +689,13 @@ impl Db {
         if let Durability::SyncEveryMs(_) = self.inner.opts.durability {
             spawn("sync", periodic_sync_thread);
         }
+        if self.inner.opts.warm_index_cache {
+            self.inner
+                .stats
+                .index_warming
+                .store(true, Ordering::Relaxed);
+            spawn("warm", crate::index_warm::warm_index_thread);
+        }
     }
 
     /// The data directory.

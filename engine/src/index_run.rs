@@ -30,6 +30,8 @@ const RUN_MAGIC: &[u8; 8] = b"BSLTIDX1";
 /// Index run format version written by this build.
 pub const RUN_VERSION: u32 = 3;
 const WRITE_BUF: usize = 1 << 20;
+/// Bytes read at once when warming the index cache.
+const WARM_READ: usize = 1 << 20;
 /// Bloom filter bits per key (about 1% false positives).
 const BLOOM_BITS_PER_KEY: usize = 10;
 
@@ -483,6 +485,31 @@ impl Run {
         }
         buf.recycle();
         Ok(out)
+    }
+
+    /// Loads the run's blocks into the index cache in large sequential reads while the
+    /// cache has room without evicting anything, so the first lookups after an open
+    /// do not each wait for a 4 KiB index read (RocksDB prefetches index blocks into
+    /// its cache at table open for the same reason). Stops once `stop` is set.
+    /// Returns the bytes cached and whether the cache refused one (it is full).
+    pub fn warm(&self, stop: &AtomicBool) -> Result<(u64, bool)> {
+        let mut cached = 0u64;
+        let mut i = 0;
+        while i < self.blocks.len() && !stop.load(Ordering::Relaxed) {
+            let chunk = self.read_ahead(i, WARM_READ)?;
+            for b in chunk {
+                let len = b.len();
+                if !self
+                    .cache
+                    .insert_if_room((self.id, self.blocks[i].off), b, len)
+                {
+                    return Ok((cached, true));
+                }
+                cached += len as u64;
+                i += 1;
+            }
+        }
+        Ok((cached, false))
     }
 
     /// Index of the block that may hold (coll, key): the last whose first key ≤ it.

@@ -36,6 +36,7 @@ mod garbage;
 mod gc;
 mod index_block;
 mod index_run;
+mod index_warm;
 mod io;
 mod kway;
 mod lock;

@@ -98,10 +98,19 @@ pub struct Options {
     /// `prepopulate_block_cache`). Helps a workload that reads what it has just
     /// written; costs a copy per block, and written blocks then evict read-hot ones.
     pub cache_writes: bool,
+    /// At open, load index blocks into the index cache in large sequential reads (as
+    /// far as it has room), in the background, so that the first point reads do not
+    /// each wait for an index read (RocksDB's `prefetch_index_and_filter_in_cache`).
+    #[serde(default = "yes")]
+    pub warm_index_cache: bool,
     /// Run garbage collection in a background thread.
     pub background_gc: bool,
     /// Create the data directory when missing.
     pub create_if_missing: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Default read polling budget: longer than an NVMe 4 KiB read (about 80 µs), so a
@@ -123,6 +132,7 @@ impl Default for Options {
             io_backend: IoBackend::IoUring,
             read_poll_micros: DEFAULT_READ_POLL_MICROS,
             cache_writes: false,
+            warm_index_cache: true,
             background_gc: true,
             create_if_missing: true,
         }

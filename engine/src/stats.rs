@@ -28,6 +28,10 @@ pub struct StatCounters {
     /// Bytes read from the device for point reads (gets and multi-gets).
     pub get_bytes_read: AtomicU64,
     pub multi_get_batches: AtomicU64,
+    /// Index bytes loaded into the index cache by the warm-up at open.
+    pub index_warm_bytes: AtomicU64,
+    /// The warm-up at open is still reading.
+    pub index_warming: std::sync::atomic::AtomicBool,
     /// io_uring submissions and waits.
     pub ring: crate::uring::RingCounters,
 }
@@ -107,6 +111,10 @@ pub struct Stats {
     pub block_cache_declined: u64,
     pub index_cache_hits: u64,
     pub index_cache_misses: u64,
+    /// Index bytes the warm-up at open loaded into the index cache (option
+    /// `warm_index_cache`), and whether it is still running.
+    pub index_cache_warmed_bytes: u64,
+    pub index_cache_warming: bool,
     /// Heads of paged blocks (page checksum tables) cached for reads of parts of
     /// large values: budget, hits and misses.
     pub head_cache_capacity: u64,
@@ -256,6 +264,8 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         block_cache_declined: inner.data_cache.declined.load(Ordering::Relaxed),
         index_cache_hits: inner.index_cache.hits.load(Ordering::Relaxed),
         index_cache_misses: inner.index_cache.misses.load(Ordering::Relaxed),
+        index_cache_warmed_bytes: s.index_warm_bytes.load(Ordering::Relaxed),
+        index_cache_warming: s.index_warming.load(Ordering::Relaxed),
         head_cache_capacity: inner.head_cache.capacity() as u64,
         head_cache_hits: inner.head_cache.hits.load(Ordering::Relaxed),
         head_cache_misses: inner.head_cache.misses.load(Ordering::Relaxed),

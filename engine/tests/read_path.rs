@@ -277,3 +277,104 @@ fn idle_write_cache_is_lent_to_the_caches_and_taken_back_when_writes_resume() {
         budget - write_cache
     );
 }
+
+/// Waits (up to a minute) for the index-cache warm-up started at open to finish.
+fn warmed(db: &Db) -> basalt_engine::Stats {
+    let start = std::time::Instant::now();
+    loop {
+        let s = db.stats();
+        if !s.index_cache_warming {
+            return s;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the index warm-up did not finish in a minute"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Index-cache misses during 3000 random gets of keys `0..n`.
+fn index_misses_of_random_gets(db: &Db, n: u64) -> u64 {
+    let c = db.collection("c").unwrap();
+    let before = db.stats().index_cache_misses;
+    let mut rng = Rng(9);
+    for _ in 0..3000 {
+        let k = rng.next() % n;
+        assert_eq!(c.get(&k.to_be_bytes()).unwrap(), Some(value(k, 0)));
+    }
+    db.stats().index_cache_misses - before
+}
+
+#[test]
+fn a_reopened_engine_finds_its_index_already_in_the_cache() {
+    let n = 60_000;
+    let o = Options {
+        memory_budget: 32 << 20,
+        ..opts(IoBackend::IoUring)
+    };
+    let (dir, db) = loaded(o.clone(), n);
+    drop(db);
+    let db = Db::open(dir.path(), o.clone()).unwrap();
+    let s = warmed(&db);
+    assert!(s.index_runs >= 1);
+    assert!(
+        s.index_cache_warmed_bytes > 0 && s.index_cache_warmed_bytes <= s.index_disk_bytes,
+        "warmed {} of {} index bytes",
+        s.index_cache_warmed_bytes,
+        s.index_disk_bytes
+    );
+    let warm = index_misses_of_random_gets(&db, n);
+    let warmed_bytes = s.index_cache_warmed_bytes;
+    drop(db);
+    let cold_opts = Options {
+        warm_index_cache: false,
+        ..o
+    };
+    let db = Db::open(dir.path(), cold_opts).unwrap();
+    assert!(!db.stats().index_cache_warming);
+    let cold = index_misses_of_random_gets(&db, n);
+    let s = db.stats();
+    assert_eq!(s.index_cache_warmed_bytes, 0);
+    println!(
+        "index {} bytes: warmed at open {warmed_bytes} bytes; index misses in 3000 gets: {warm} warmed, {cold} cold",
+        s.index_disk_bytes
+    );
+    assert_eq!(warm, 0, "gets after the warm-up missed the index cache");
+    assert!(
+        cold > 100,
+        "cold gets missed the index cache only {cold} times"
+    );
+}
+
+#[test]
+fn the_index_warm_up_stops_at_the_index_caches_budget() {
+    let budget: u64 = 8 << 20;
+    let (dir, db) = open_with_budget(budget);
+    let c = db.create_collection("c").unwrap();
+    // About 10 bytes of index per key: an index three times the cache.
+    let n = 1_200_000u64;
+    for k in 0..n {
+        c.put(&k.to_be_bytes(), b"v").unwrap();
+    }
+    db.flush().unwrap();
+    let o = db.options().clone();
+    drop((c, db));
+    let db = Db::open(dir.path(), o).unwrap();
+    let s = warmed(&db);
+    println!(
+        "index {} bytes, index cache {} bytes: warmed {} bytes, memory {} of {budget}",
+        s.index_disk_bytes, s.index_cache_capacity, s.index_cache_warmed_bytes, s.memory_bytes
+    );
+    assert!(
+        s.index_disk_bytes > s.index_cache_capacity,
+        "the index must be larger than its cache for this test"
+    );
+    assert!(s.index_cache_warmed_bytes > s.index_cache_capacity / 2);
+    assert!(s.index_cache_warmed_bytes <= s.index_cache_capacity);
+    assert!(
+        s.memory_bytes <= budget,
+        "memory {} over budget",
+        s.memory_bytes
+    );
+}

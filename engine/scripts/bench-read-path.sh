@@ -3,6 +3,9 @@
 # fio (the device limit) and RocksDB db_bench with the same flags and cache size.
 #   readrandom, 1 thread, O_DIRECT       vs fio 4 KiB randread psync iodepth 1
 #   multireadrandom, batches of 32       vs fio 4 KiB randread io_uring iodepth 32
+# plus, for reference, fio in synchronous batches of 32 (submit 32, wait for all 32):
+# the most a batch API called from one thread can get from the device, since each
+# batch waits for its slowest read while the queue drains.
 # The data set is NUM keys of 20+VALUE bytes loaded with fillseq; the memory budget
 # (--cache_size, which bounds all of Basalt's memory) is BUDGET. Steps are interleaved
 # over ROUNDS rounds so drift on a noisy machine hits every engine alike; the table
@@ -56,6 +59,7 @@ for round in $(seq "$ROUNDS"); do
   db_bench --db="$WORK/rocksdb" --use_existing_db=1 --benchmarks=readrandom --duration="$SECS" $F $ROCKS >"$WORK/rocks-rr-$round.log" 2>&1
   R[rocks1,$round]=$(ops <"$WORK/rocks-rr-$round.log")
   R[fio32,$round]=$(fio_iops --ioengine=io_uring --iodepth=32)
+  R[fiob32,$round]=$(fio_iops --ioengine=io_uring --iodepth=32 --iodepth_batch_submit=32 --iodepth_batch_complete_min=32)
   # shellcheck disable=SC2086
   R[basalt32,$round]=$("$BASALT" bench --db="$WORK/basalt" --use_existing_db=1 --benchmarks=multireadrandom --batch_size=32 --threads="$THREADS" --duration="$SECS" $F 2>&1 | ops)
   # shellcheck disable=SC2086
@@ -83,8 +87,10 @@ row "Basalt readrandom" basalt1
 row "Basalt device reads per get" rpg
 row "RocksDB readrandom" rocks1
 row "fio randread 4k io_uring QD32" fio32
+row "fio randread 4k io_uring, synchronous batches of 32" fiob32
 row "Basalt multireadrandom batch 32, $THREADS thread(s)" basalt32
 row "RocksDB multireadrandom batch 32, $THREADS thread(s)" rocks32
 echo
 echo "median ratios: readrandom/fio QD1 $(med_ratio basalt1 fio1) (target 0.92); readrandom Basalt/RocksDB $(med_ratio basalt1 rocks1) (target 1.15)"
 echo "               multireadrandom/fio QD32 $(med_ratio basalt32 fio32) (target 0.85); multireadrandom Basalt/RocksDB $(med_ratio basalt32 rocks32) (target 2)"
+echo "               reference: fio synchronous batches/fio QD32 $(med_ratio fiob32 fio32); multireadrandom/fio synchronous batches $(med_ratio basalt32 fiob32)"

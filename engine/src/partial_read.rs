@@ -63,7 +63,13 @@ impl Inner {
         bufs: &mut [&mut [u8]],
         snap: Seqno,
     ) -> Result<Vec<Option<usize>>> {
-        assert_eq!(reqs.len(), bufs.len(), "one buffer per request");
+        if reqs.len() != bufs.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} buffers for {} ranges: one buffer per range",
+                bufs.len(),
+                reqs.len()
+            )));
+        }
         for (i, ((_, r), b)) in reqs.iter().zip(bufs.iter()).enumerate() {
             if b.len() < r.len() {
                 return Err(Error::InvalidArgument(format!(

@@ -75,7 +75,7 @@ fn check_batches(db: &Db, seed: u64, keys: u64) {
 }
 
 #[test]
-fn a_buffer_shorter_than_its_range_is_refused() {
+fn a_buffer_shorter_than_its_range_or_a_missing_buffer_is_refused() {
     let (_dir, db) = cold_chunks(1, IoBackend::Psync);
     let mut short = [0u8; 10];
     let err = db
@@ -87,6 +87,11 @@ fn a_buffer_shorter_than_its_range_is_refused() {
         .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
     assert!(err.to_string().contains("holds 10 bytes"), "{err}");
+    let err = db
+        .multi_get_ranges_into("c", &[(&0u64.to_be_bytes()[..], 0..1)], &mut [])
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert!(err.to_string().contains("0 buffers for 1 ranges"), "{err}");
 }
 
 #[test]

@@ -156,6 +156,15 @@ fn parse_bool(flag: &str, v: &str) -> Result<bool, BenchError> {
     }
 }
 
+/// An integer switch as db_bench takes it (`--flag=0|1`, no `true`/`false`).
+fn zero_or_one(flag: &str, v: &str) -> Result<bool, BenchError> {
+    match v {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err(bad(flag, v, "expected 0 or 1")),
+    }
+}
+
 fn bad(flag: &str, v: &str, reason: &str) -> BenchError {
     BenchError::BadFlagValue {
         flag: flag.to_string(),
@@ -270,13 +279,7 @@ impl Flags {
             "disable_wal" => self.disable_wal = parse_bool(name, v)?,
             "cache_size" | "memory_budget" => self.cache_size = num(name, v)?,
             "block_size" => self.block_size = Some(num(name, v)?),
-            "prepopulate_block_cache" => {
-                self.prepopulate_block_cache = match v {
-                    "0" => false,
-                    "1" => true,
-                    _ => return Err(bad(name, v, "expected 0 or 1")),
-                }
-            }
+            "prepopulate_block_cache" => self.prepopulate_block_cache = zero_or_one(name, v)?,
             "benchmark_write_rate_limit" => self.benchmark_write_rate_limit = num(name, v)?,
             "seed" => self.seed = num(name, v)?,
             "histogram" => self.histogram = parse_bool(name, v)?,
@@ -301,13 +304,7 @@ impl Flags {
                 })
             }
             "read_poll_micros" => self.read_poll_micros = Some(num(name, v)?),
-            "warm_index_cache" => {
-                self.warm_index_cache = match v {
-                    "0" => false,
-                    "1" => true,
-                    _ => return Err(bad(name, v, "expected 0 or 1")),
-                }
-            }
+            "warm_index_cache" => self.warm_index_cache = zero_or_one(name, v)?,
             "arrival_rate" => self.arrival_rate = num(name, v)?,
             "response_time_sla_us" => self.response_time_sla_us = num(name, v)?,
             "progress_interval_seconds" => self.progress_interval_seconds = num(name, v)?,

@@ -44,6 +44,11 @@ pub struct Checkpoint {
     pub catalog: Catalog,
     /// Deletes older than this seqno may be missing from the change feed.
     pub purge_seqno: Seqno,
+    /// Per mille of the newer runs' entries that the last merge into the oldest run
+    /// found superseding a version (drives the merge policy; absent: not measured,
+    /// as in checkpoints written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow_permille: Option<u64>,
 }
 
 pub fn checkpoint_path(dir: &Path) -> PathBuf {
@@ -115,6 +120,7 @@ mod tests {
             next_run_id: 6,
             catalog: Catalog::new(),
             purge_seqno: 0,
+            shadow_permille: Some(250),
         }
     }
 

@@ -106,10 +106,16 @@ pub(crate) struct Inner {
     pub bg_cond: Condvar,
     pub shutdown: AtomicBool,
     pub flush_error: Mutex<Option<String>>,
-    /// Delay owed per KiB written (ns) while GC is behind its target.
+    /// Delay owed per KiB written (ns) while GC is behind its target or merges are
+    /// behind (`flush::merge_debt`).
     pub gc_delay_nanos_per_kib: AtomicU64,
     /// A collection was dropped: merge all runs to purge its entries.
     pub want_full_merge: AtomicBool,
+    /// Of the newer runs' entries, how many (per mille) the last merge into the oldest
+    /// run found shadowing an older version (kept in the checkpoint;
+    /// `flush::SHADOW_UNMEASURED`, counted as all, until one has measured it). Drives
+    /// the merge policy and the merge-debt throttle (`flush::merge_debt`).
+    pub shadow_permille: AtomicU64,
     pub next_mem_id: AtomicU64,
     /// Pinned bytes (bloom filters, run block indexes, garbage map) at the last
     /// [`Inner::rebalance_caches`], for resizing the caches without taking the
@@ -324,6 +330,7 @@ impl Db {
                     next_run_id: 1,
                     catalog: Catalog::new(),
                     purge_seqno: 0,
+                    shadow_permille: None,
                 };
                 checkpoint::write(dir, &c, &counters)?;
                 c
@@ -653,6 +660,10 @@ impl Db {
             flush_error: Mutex::new(None),
             gc_delay_nanos_per_kib: AtomicU64::new(0),
             want_full_merge: AtomicBool::new(false),
+            shadow_permille: AtomicU64::new(
+                ckpt.shadow_permille
+                    .map_or(crate::flush::SHADOW_UNMEASURED, |v| v.min(1000)),
+            ),
             opts,
         });
         let guard = Arc::new(CloseGuard {

@@ -45,7 +45,11 @@ pub fn merge_thread(inner: &Arc<Inner>) {
         },
         |inner| {
             inner.want_full_merge.load(Ordering::SeqCst)
-                || pick_merge(&inner.version.read().runs, false) >= 2
+                || pick_merge(
+                    &inner.version.read().runs,
+                    false,
+                    inner.shadow_permille.load(Ordering::Relaxed),
+                ) >= 2
         },
     );
 }
@@ -120,6 +124,10 @@ pub fn write_checkpoint(inner: &Inner, meta: &MetaState) -> Result<()> {
         next_run_id: meta.next_run_id,
         catalog: inner.catalog.read().clone(),
         purge_seqno: meta.purge_seqno,
+        shadow_permille: match inner.shadow_permille.load(Ordering::Relaxed) {
+            SHADOW_UNMEASURED => None,
+            measured => Some(measured),
+        },
     };
     checkpoint::write(&inner.dir, &c, &inner.counters)?;
     inner.garbage.lock().remove_superseded();
@@ -363,24 +371,85 @@ pub fn flush_waiting(inner: &Arc<Inner>) -> Result<bool> {
 /// and merges fell so far behind an overwrite that the index grew to 125 runs.
 const MERGE_READAHEAD: usize = 8 << 20;
 
+/// The newer runs are merged into the oldest one once the garbage they are expected
+/// to hide there reaches this fraction of the oldest run (or, as between the other
+/// levels, once they reach half its size). Every entry outside the oldest run may
+/// shadow a version in it that GC does not know of yet, so the log holds that much
+/// unknown garbage on top of what GC's target fill allows. How many do is measured by
+/// each merge into the oldest run ([`Inner::shadow_permille`]): nearly all under
+/// overwrites, none while keys are only added (where merging early would rewrite the
+/// whole index for nothing).
+const BOTTOM_MERGE_DEBT: f64 = 0.15;
+
+/// [`Inner::shadow_permille`] before any merge into the oldest run has measured it
+/// (counted as every newer entry shadowing one; not written to the checkpoint).
+pub(crate) const SHADOW_UNMEASURED: u64 = 1001;
+
+/// Above this merge debt writers are slowed down ([`merge_delay_nanos_per_kib`]): the
+/// one merge thread cannot keep up (a bottom merge of a 150 MB index runs for seconds,
+/// on the cores the writers use), and unknown garbage would grow without bound. An
+/// overwrite of 3M keys at full speed for 60 s ended with 2.2M entries outside the
+/// oldest run, 2.6x the user data on disk.
+const MERGE_DEBT_THROTTLE: f64 = 0.2;
+
+/// Expected unknown garbage of an index as a fraction of its oldest run: bytes of the
+/// newer runs over the oldest run's, times the fraction of newer entries the last
+/// merge into the oldest run found shadowing something.
+pub(crate) fn merge_debt(runs: &[Arc<Run>], shadow_permille: u64) -> f64 {
+    debt_of_sizes(&run_sizes(runs), shadow_permille)
+}
+
+fn run_sizes(runs: &[Arc<Run>]) -> Vec<u64> {
+    runs.iter().map(|r| r.file_size).collect()
+}
+
+/// [`merge_debt`] of runs of these file sizes, newest first.
+fn debt_of_sizes(sizes: &[u64], shadow_permille: u64) -> f64 {
+    let Some((bottom, newer)) = sizes.split_last() else {
+        return 0.0;
+    };
+    let newer: u64 = newer.iter().sum();
+    newer as f64 * shadow_permille.min(1000) as f64 / 1000.0 / (*bottom).max(1) as f64
+}
+
+/// Writer delay per KiB (ns) for a merge debt: 2 µs per point above
+/// [`MERGE_DEBT_THROTTLE`] (as GC's throttle per point of fill), at most 200 µs.
+pub(crate) fn merge_delay_nanos_per_kib(debt: f64) -> u64 {
+    let over = (debt - MERGE_DEBT_THROTTLE) * 100.0;
+    if over > 0.0 {
+        (over * 2000.0).min(200_000.0) as u64
+    } else {
+        0
+    }
+}
+
 /// Picks the newest runs to merge: the longest prefix whose total size reaches half
 /// the next run's size (~log2 levels, merged early so that superseded versions meet —
-/// that is when their garbage is found), at most 6 runs in all, or everything with `full`.
-fn pick_merge(runs: &[Arc<Run>], full: bool) -> usize {
+/// that is when their garbage is found), into the oldest run also once the merge debt
+/// reaches [`BOTTOM_MERGE_DEBT`], at most 6 runs in all, or everything with `full`.
+fn pick_merge(runs: &[Arc<Run>], full: bool, shadow_permille: u64) -> usize {
     if full {
         return runs.len();
     }
+    pick_by_size(&run_sizes(runs), shadow_permille)
+}
+
+/// [`pick_merge`] over runs of these file sizes, newest first.
+fn pick_by_size(sizes: &[u64], shadow_permille: u64) -> usize {
     let mut acc = 0u64;
     let mut k = 0;
-    for (i, r) in runs.iter().enumerate() {
-        if i > 0 && acc * 2 < r.file_size {
+    for (i, &size) in sizes.iter().enumerate() {
+        let half = acc * 2 >= size;
+        let indebted = i + 1 == sizes.len()
+            && debt_of_sizes(&sizes[..=i], shadow_permille) >= BOTTOM_MERGE_DEBT;
+        if i > 0 && !half && !indebted {
             break;
         }
-        acc += r.file_size;
+        acc += size;
         k = i + 1;
     }
-    if runs.len() > 6 {
-        k = k.max(runs.len() - 4);
+    if sizes.len() > 6 {
+        k = k.max(sizes.len() - 4);
     }
     k
 }
@@ -417,7 +486,7 @@ fn outside_merge(inner: &Inner, inputs: &[Arc<Run>], coll: CollId, key: &[u8]) -
 /// drop nothing (all of them in an overwrite workload) never hold GC up.
 pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
     let v = inner.version.read().clone();
-    let k = pick_merge(&v.runs, full);
+    let k = pick_merge(&v.runs, full, inner.shadow_permille.load(Ordering::Relaxed));
     if k < 2 && !(full && k == 1) {
         return Ok(false);
     }
@@ -460,6 +529,7 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
     );
     let mut key: Vec<u8> = Vec::new();
     let mut losers = Vec::new();
+    let mut lost = 0u64;
     while let Some(first) = order.first() {
         let (coll, k, _) = cursors[first]
             .peek()
@@ -488,6 +558,7 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
         // A loser is shadowed by the winner in the installed index too, so GC may
         // learn of it now: garbage found by a long merge reaches GC as the merge
         // goes, not in one burst at its end. (Dropped winners wait for the install.)
+        lost += losers.len() as u64;
         shadowed.extend(losers.iter().map(dead_of));
         if shadowed.len() >= PUBLISH_DEAD_EVERY {
             publish_dead(inner, &mut shadowed);
@@ -530,6 +601,13 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
             runs,
         }
     };
+    // Measured before the install, so that its checkpoint keeps it.
+    if bottom && k >= 2 {
+        let newer: u64 = inputs[..k - 1].iter().map(|r| r.entries).sum();
+        inner
+            .shadow_permille
+            .store((lost * 1000 / newer.max(1)).min(1000), Ordering::Relaxed);
+    }
     dead.append(&mut shadowed);
     install_and_checkpoint(inner, install, dead, purged)?;
     for r in &inputs {
@@ -544,7 +622,9 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
 
 #[cfg(test)]
 mod tests {
+    use super::{debt_of_sizes, merge_delay_nanos_per_kib, pick_by_size};
     use crate::{Db, Options};
+    use std::sync::atomic::Ordering;
     use std::time::{Duration, Instant};
 
     fn dead_bytes(db: &Db) -> u64 {
@@ -557,16 +637,102 @@ mod tests {
             .sum()
     }
 
-    /// Writes every key once more and flushes the memtable into a run of its own.
-    fn round(db: &Db, keys: u32, round: u8) {
+    /// Writes `keys` once more and flushes the memtable into a run of its own.
+    fn round(db: &Db, keys: std::ops::Range<u32>, round: u8) {
         let c = db.collection("c").unwrap();
-        for k in 0..keys {
+        for k in keys {
             c.put(&k.to_be_bytes(), &[round; 100]).unwrap();
         }
         db.inner
             .rotate_memtable(&mut db.inner.writer.lock())
             .unwrap();
         while super::flush_waiting(&db.inner).unwrap() {}
+    }
+
+    #[test]
+    fn newer_runs_that_shadow_go_into_the_oldest_run_once_the_debt_is_due() {
+        assert_eq!(super::BOTTOM_MERGE_DEBT, 0.15, "the cases below assume it");
+        // (run sizes newest first, shadow per mille, runs merged, why)
+        let cases: &[(&[u64], u64, usize, &str)] = &[
+            // Under overwrites (every newer entry shadows one) 15% is enough ...
+            (&[8, 7, 100], 1000, 3, "debt 0.15: merge all"),
+            (&[7, 7, 100], 1000, 2, "debt 0.14: not the oldest"),
+            // ... while keys are only added, the newer runs wait until half its size.
+            (&[20, 25, 100], 0, 2, "nothing shadowed: not yet"),
+            (&[20, 25, 100], 1000, 3, "all shadowed: merge all"),
+            (&[20, 30, 100], 0, 3, "half its size: merge all"),
+            (&[15, 15, 100], 500, 3, "debt 30 x 0.5 = 0.15"),
+            // Between newer runs the half-size rule is unchanged.
+            (&[5, 20, 1000], 1000, 1, "5 < 20/2: no merge"),
+            (&[10, 20, 1000], 1000, 2, "10 >= 20/2"),
+            (&[100], 1000, 1, "one run: nothing to merge"),
+        ];
+        for &(sizes, shadow, want, why) in cases {
+            assert_eq!(
+                pick_by_size(sizes, shadow),
+                want,
+                "{sizes:?} {shadow}: {why}"
+            );
+        }
+    }
+
+    #[test]
+    fn merge_debt_slows_writers_only_above_its_line_and_never_stops_them() {
+        let line = super::MERGE_DEBT_THROTTLE;
+        assert!(
+            line > super::BOTTOM_MERGE_DEBT,
+            "the merge is due before writers slow"
+        );
+        assert_eq!(debt_of_sizes(&[], 1000), 0.0);
+        assert_eq!(debt_of_sizes(&[100], 1000), 0.0);
+        assert!((debt_of_sizes(&[30, 20, 100], 1000) - 0.5).abs() < 1e-9);
+        assert!((debt_of_sizes(&[30, 20, 100], 400) - 0.2).abs() < 1e-9);
+        assert_eq!(merge_delay_nanos_per_kib(0.0), 0);
+        assert_eq!(merge_delay_nanos_per_kib(line), 0, "at the line");
+        let a = merge_delay_nanos_per_kib(line + 0.05);
+        let b = merge_delay_nanos_per_kib(line + 0.15);
+        assert!(a > 0 && b > a, "grows with the debt: {a} then {b}");
+        assert_eq!(
+            merge_delay_nanos_per_kib(50.0),
+            200_000,
+            "capped at 200 us/KiB"
+        );
+    }
+
+    /// Two runs, the newer one's 1000 keys starting at `from` (the older one holds
+    /// 0..1000), merged into one: what the merge measured as shadowing, per mille.
+    fn shadow_measured_by_a_bottom_merge(from: u32) -> u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), Options::for_unit_test(64 << 20)).unwrap();
+        db.create_collection("c").unwrap();
+        let _no_merge = db.inner.merge_lock.lock();
+        round(&db, 0..1000, 1);
+        round(&db, from..from + 1000, 2);
+        assert_eq!(db.stats().index_runs, 2);
+        assert_eq!(
+            db.inner.shadow_permille.load(Ordering::Relaxed),
+            super::SHADOW_UNMEASURED
+        );
+        assert!(super::maybe_merge(&db.inner, true).unwrap());
+        assert_eq!(db.stats().index_runs, 1);
+        let measured = db.inner.shadow_permille.load(Ordering::Relaxed);
+        drop(_no_merge);
+        drop(db);
+        let db = Db::open(dir.path(), Options::for_unit_test(64 << 20)).unwrap();
+        let reopened = db.inner.shadow_permille.load(Ordering::Relaxed);
+        assert_eq!(reopened, measured, "the checkpoint keeps the measurement");
+        measured
+    }
+
+    #[test]
+    fn a_merge_into_the_oldest_run_measures_how_many_newer_entries_shadow_one() {
+        assert_eq!(shadow_measured_by_a_bottom_merge(0), 1000, "overwrite");
+        assert_eq!(
+            shadow_measured_by_a_bottom_merge(500),
+            500,
+            "half overwrite"
+        );
+        assert_eq!(shadow_measured_by_a_bottom_merge(1000), 0, "new keys only");
     }
 
     /// Memtables that wait for the flush thread go into one run together: one flush
@@ -628,9 +794,9 @@ mod tests {
         // flushes install their runs (which takes the install lock); then the install
         // lock keeps the merge from installing.
         let merging = db.inner.merge_lock.lock();
-        round(&db, keys, 0);
+        round(&db, 0..keys, 0);
         assert_eq!(dead_bytes(&db), 0, "one run holds every key once");
-        round(&db, keys, 1);
+        round(&db, 0..keys, 1);
         assert_eq!(dead_bytes(&db), 0, "the two runs have not met");
         let install = db.inner.index_install.lock();
         drop(merging);

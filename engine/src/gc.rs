@@ -14,7 +14,7 @@ use crate::aligned::{AlignedBuf, PAGE};
 use crate::codec::{align_down, align_up};
 use crate::db::{CommitOps, Inner, OwnedRecord};
 use crate::error::{Error, Result};
-use crate::flush::write_checkpoint;
+use crate::flush::{merge_debt, merge_delay_nanos_per_kib, write_checkpoint};
 use crate::record::{Kind, RecordIter, RecordRef, Seqno};
 use crate::segment::{BlockInfo, SegId};
 use crate::segments::Segment;
@@ -75,12 +75,25 @@ fn update_throttle(inner: &Inner) {
     // debt (a 420-byte write, ~2.5 µs unthrottled, by ~0.9 µs per point), up to
     // 200 µs per KiB, so GC catches up without writes ever stopping.
     let debt = target - 10.0 - fill;
-    let t = if total > 4 * inner.opts.segment_size && debt > 0.0 {
+    let gc = if total > 4 * inner.opts.segment_size && debt > 0.0 {
         (debt * 2000.0).min(200_000.0) as u64
     } else {
         0
     };
-    inner.gc_delay_nanos_per_kib.store(t, Ordering::Relaxed);
+    // Garbage GC cannot see yet counts too: while merges are behind, writers are
+    // slowed the same way (see `flush::merge_debt`).
+    let merge = if total > 4 * inner.opts.segment_size {
+        let runs = inner.version.read().runs.clone();
+        merge_delay_nanos_per_kib(merge_debt(
+            &runs,
+            inner.shadow_permille.load(Ordering::Relaxed),
+        ))
+    } else {
+        0
+    };
+    inner
+        .gc_delay_nanos_per_kib
+        .store((gc + merge).min(200_000), Ordering::Relaxed);
 }
 
 fn pick_victim(inner: &Inner, force: bool) -> Option<Arc<Segment>> {

@@ -91,6 +91,14 @@ pub struct Stats {
     /// hide one superseded version that `live_bytes` counts as live. `Db::wait_for_gc`
     /// merges the whole index, after which only entries written since remain.
     pub index_entries_unmerged: u64,
+    /// Garbage GC cannot see yet, expected from the index: the newer runs' size over
+    /// the oldest run's, times the share of newer entries the last merge into the
+    /// oldest run found superseding one (`index_shadow_ratio`). From 0.2 the newer runs
+    /// are merged into the oldest; above 0.3 writers are slowed down.
+    pub index_merge_debt: f64,
+    /// Share of the newer runs' entries that superseded a version in the last merge
+    /// into the oldest run (1 until one has run).
+    pub index_shadow_ratio: f64,
     pub memtable_entries: usize,
     pub memtable_bytes: u64,
     pub flushes: u64,
@@ -166,6 +174,7 @@ fn ratio(a: u64, b: u64) -> f64 {
 pub(crate) fn collect(inner: &Inner) -> Stats {
     let segs = inner.segments.read().clone();
     let v = inner.version.read().clone();
+    let shadow = inner.shadow_permille.load(Ordering::Relaxed);
     let (segments, live, total) = {
         let g = inner.garbage.lock();
         let mut out = Vec::new();
@@ -249,6 +258,8 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         index_entries: v.runs.iter().map(|r| r.entries).sum(),
         index_entries_unmerged: mem_entries as u64
             + v.runs.iter().rev().skip(1).map(|r| r.entries).sum::<u64>(),
+        index_merge_debt: crate::flush::merge_debt(&v.runs, shadow),
+        index_shadow_ratio: shadow.min(1000) as f64 / 1000.0,
         memtable_entries: mem_entries,
         memtable_bytes: mem_tables,
         flushes: s.flushes.load(Ordering::Relaxed),

@@ -379,7 +379,7 @@ const MERGE_READAHEAD: usize = 8 << 20;
 /// each merge into the oldest run ([`Inner::shadow_permille`]): nearly all under
 /// overwrites, none while keys are only added (where merging early would rewrite the
 /// whole index for nothing).
-const BOTTOM_MERGE_DEBT: f64 = 0.15;
+pub const BOTTOM_MERGE_DEBT: f64 = 0.15;
 
 /// [`Inner::shadow_permille`] before any merge into the oldest run has measured it
 /// (counted as every newer entry shadowing one; not written to the checkpoint).
@@ -390,7 +390,7 @@ pub(crate) const SHADOW_UNMEASURED: u64 = 1001;
 /// on the cores the writers use), and unknown garbage would grow without bound. An
 /// overwrite of 3M keys at full speed for 60 s ended with 2.2M entries outside the
 /// oldest run, 2.6x the user data on disk.
-const MERGE_DEBT_THROTTLE: f64 = 0.2;
+pub const MERGE_DEBT_THROTTLE: f64 = 0.2;
 
 /// Expected unknown garbage of an index as a fraction of its oldest run: bytes of the
 /// newer runs over the oldest run's, times the fraction of newer entries the last
@@ -412,15 +412,10 @@ fn debt_of_sizes(sizes: &[u64], shadow_permille: u64) -> f64 {
     newer as f64 * shadow_permille.min(1000) as f64 / 1000.0 / (*bottom).max(1) as f64
 }
 
-/// Writer delay per KiB (ns) for a merge debt: 2 µs per point above
-/// [`MERGE_DEBT_THROTTLE`] (as GC's throttle per point of fill), at most 200 µs.
+/// Writer delay per KiB (ns) for a merge debt: the GC throttle's rule
+/// ([`crate::gc::delay_nanos_per_kib`]) for each point above [`MERGE_DEBT_THROTTLE`].
 pub(crate) fn merge_delay_nanos_per_kib(debt: f64) -> u64 {
-    let over = (debt - MERGE_DEBT_THROTTLE) * 100.0;
-    if over > 0.0 {
-        (over * 2000.0).min(200_000.0) as u64
-    } else {
-        0
-    }
+    crate::gc::delay_nanos_per_kib((debt - MERGE_DEBT_THROTTLE) * 100.0)
 }
 
 /// Picks the newest runs to merge: the longest prefix whose total size reaches half
@@ -436,13 +431,12 @@ fn pick_merge(runs: &[Arc<Run>], full: bool, shadow_permille: u64) -> usize {
 
 /// [`pick_merge`] over runs of these file sizes, newest first.
 fn pick_by_size(sizes: &[u64], shadow_permille: u64) -> usize {
+    let indebted = debt_of_sizes(sizes, shadow_permille) >= BOTTOM_MERGE_DEBT;
     let mut acc = 0u64;
     let mut k = 0;
     for (i, &size) in sizes.iter().enumerate() {
-        let half = acc * 2 >= size;
-        let indebted = i + 1 == sizes.len()
-            && debt_of_sizes(&sizes[..=i], shadow_permille) >= BOTTOM_MERGE_DEBT;
-        if i > 0 && !half && !indebted {
+        let due = acc * 2 >= size || (indebted && i + 1 == sizes.len());
+        if i > 0 && !due {
             break;
         }
         acc += size;

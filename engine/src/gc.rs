@@ -68,32 +68,37 @@ pub fn fill_pct(inner: &Inner) -> (f64, u64) {
     )
 }
 
+/// Most delay a writer owes per KiB (ns), whatever is behind.
+const MAX_DELAY_NANOS_PER_KIB: u64 = 200_000;
+
+/// The writer throttle's rule: 2 µs of delay per KiB written per point behind (a
+/// 420-byte write, ~2.5 µs unthrottled, by ~0.9 µs per point), at most
+/// [`MAX_DELAY_NANOS_PER_KIB`], so the background catches up without writes ever
+/// stopping.
+pub(crate) fn delay_nanos_per_kib(points_behind: f64) -> u64 {
+    if points_behind > 0.0 {
+        (points_behind * 2000.0).min(MAX_DELAY_NANOS_PER_KIB as f64) as u64
+    } else {
+        0
+    }
+}
+
 fn update_throttle(inner: &Inner) {
     let (fill, total) = fill_pct(inner);
-    let target = inner.opts.target_fill_pct as f64;
-    // Below target by more than 10 points: delay writers by 2 µs per KiB per point of
-    // debt (a 420-byte write, ~2.5 µs unthrottled, by ~0.9 µs per point), up to
-    // 200 µs per KiB, so GC catches up without writes ever stopping.
-    let debt = target - 10.0 - fill;
-    let gc = if total > 4 * inner.opts.segment_size && debt > 0.0 {
-        (debt * 2000.0).min(200_000.0) as u64
-    } else {
-        0
-    };
-    // Garbage GC cannot see yet counts too: while merges are behind, writers are
-    // slowed the same way (see `flush::merge_debt`).
-    let merge = if total > 4 * inner.opts.segment_size {
-        let runs = inner.version.read().runs.clone();
-        merge_delay_nanos_per_kib(merge_debt(
-            &runs,
+    let t = if total > 4 * inner.opts.segment_size {
+        // GC is behind once the fill is more than 10 points below its target.
+        let gc = delay_nanos_per_kib(inner.opts.target_fill_pct as f64 - 10.0 - fill);
+        // Garbage GC cannot see yet counts too: while merges are behind, writers are
+        // slowed the same way (see `flush::merge_debt`).
+        let merge = merge_delay_nanos_per_kib(merge_debt(
+            &inner.version.read().runs,
             inner.shadow_permille.load(Ordering::Relaxed),
-        ))
+        ));
+        (gc + merge).min(MAX_DELAY_NANOS_PER_KIB)
     } else {
         0
     };
-    inner
-        .gc_delay_nanos_per_kib
-        .store((gc + merge).min(200_000), Ordering::Relaxed);
+    inner.gc_delay_nanos_per_kib.store(t, Ordering::Relaxed);
 }
 
 fn pick_victim(inner: &Inner, force: bool) -> Option<Arc<Segment>> {

@@ -61,6 +61,7 @@ pub use changes::{Change, ChangeIter};
 pub use check::{check, CheckReport};
 pub use db::{Collection, Db, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use error::{Error, Result};
+pub use flush::{BOTTOM_MERGE_DEBT, MERGE_DEBT_THROTTLE};
 pub use io::IoMode;
 pub use options::{Compression, Durability, IoBackend, Options, DEFAULT_READ_POLL_MICROS};
 pub use partial_read::RangeRequest;

@@ -93,8 +93,9 @@ pub struct Stats {
     pub index_entries_unmerged: u64,
     /// Garbage GC cannot see yet, expected from the index: the newer runs' size over
     /// the oldest run's, times the share of newer entries the last merge into the
-    /// oldest run found superseding one (`index_shadow_ratio`). From 0.2 the newer runs
-    /// are merged into the oldest; above 0.3 writers are slowed down.
+    /// oldest run found superseding one (`index_shadow_ratio`). From
+    /// [`crate::BOTTOM_MERGE_DEBT`] the newer runs are merged into the oldest; above
+    /// [`crate::MERGE_DEBT_THROTTLE`] writers are slowed down.
     pub index_merge_debt: f64,
     /// Share of the newer runs' entries that superseded a version in the last merge
     /// into the oldest run (1 until one has run).

@@ -50,8 +50,12 @@ pub fn run(args: &StatsArgs, out: &mut dyn Write) -> Result<i32> {
         out,
         "index            {} runs, {} entries, {} not merged into the oldest run \
          (versions they supersede still count as live); merge debt {:.2} \
-         (writers slow down above 0.30)",
-        s.index_runs, s.index_entries, s.index_entries_unmerged, s.index_merge_debt
+         (writers slow down above {:.2})",
+        s.index_runs,
+        s.index_entries,
+        s.index_entries_unmerged,
+        s.index_merge_debt,
+        basalt_engine::MERGE_DEBT_THROTTLE
     )?;
     writeln!(
         out,

@@ -875,10 +875,28 @@ impl Db {
         reqs: &[crate::RangeRequest<'_>],
         bufs: &mut [&mut [u8]],
     ) -> Result<Vec<Option<usize>>> {
+        let mut lens = vec![None; reqs.len()];
+        self.multi_get_ranges_each(collection, reqs, bufs, |i, len, _| lens[i] = len)?;
+        Ok(lens)
+    }
+
+    /// Like [`Db::multi_get_ranges_into`], but hands each part to `on_part(i, len,
+    /// buf)` (`len` is `None` for a missing key; `buf` is `bufs[i]`) as soon as its
+    /// bytes are in place, in the order the reads complete, while the batch's other
+    /// reads are still in flight. On `Ok` every part has been handed on exactly once;
+    /// on an error, the parts not yet handed on are not.
+    pub fn multi_get_ranges_each(
+        &self,
+        collection: &str,
+        reqs: &[crate::RangeRequest<'_>],
+        bufs: &mut [&mut [u8]],
+        mut on_part: impl FnMut(usize, Option<usize>, &mut [u8]),
+    ) -> Result<()> {
         let c = self.collection(collection)?;
         c.check_live()?;
         let snap = self.inner.visible_seqno.load(Ordering::SeqCst);
-        self.inner.multi_get_ranges_into(c.id, reqs, bufs, snap)
+        self.inner
+            .multi_get_ranges_each(c.id, reqs, bufs, snap, &mut on_part)
     }
 
     /// A consistent read-only view of the whole engine as of now.

@@ -25,6 +25,9 @@ use std::sync::Arc;
 /// A request for part of a value: the key and the byte range of its value.
 pub type RangeRequest<'k> = (&'k [u8], Range<usize>);
 
+/// Where a done part goes: its index, its length (`None`: no such key), its buffer.
+pub(crate) type OnPart<'c> = dyn FnMut(usize, Option<usize>, &mut [u8]) + 'c;
+
 /// A part of a value in a paged block whose head is not cached.
 struct Cold {
     slot: usize,
@@ -55,14 +58,18 @@ impl Inner {
     }
 
     /// Like [`Self::multi_get_ranges`], but part `i` is written to `bufs[i]` (which must
-    /// hold `reqs[i]`'s range) and its length returned: no buffer per part.
-    pub(crate) fn multi_get_ranges_into(
+    /// hold `reqs[i]`'s range), and handed to `on_part(i, len, buf)` (`len` is `None`
+    /// for a missing key) as soon as it is in place: a part whose pages arrive first
+    /// is handed on while the batch's other reads are still in flight. Every part is
+    /// handed on exactly once when this returns `Ok`.
+    pub(crate) fn multi_get_ranges_each(
         &self,
         coll: CollId,
         reqs: &[RangeRequest<'_>],
         bufs: &mut [&mut [u8]],
         snap: Seqno,
-    ) -> Result<Vec<Option<usize>>> {
+        on_part: &mut OnPart<'_>,
+    ) -> Result<()> {
         if reqs.len() != bufs.len() {
             return Err(Error::InvalidArgument(format!(
                 "{} buffers for {} ranges: one buffer per range",
@@ -82,12 +89,13 @@ impl Inner {
         let mut out = Slices {
             bufs,
             lens: vec![None; reqs.len()],
+            on_part,
         };
-        self.ranges_into(coll, reqs, snap, &mut out)?;
-        Ok(out.lens)
+        self.ranges_into(coll, reqs, snap, &mut out)
     }
 
-    /// The work of both: each found part is opened in `out` and its bytes placed.
+    /// The work of both: each found part is opened in `out`, its bytes placed, and
+    /// then it is marked done (once, as soon as nothing more comes for it).
     fn ranges_into(
         &self,
         coll: CollId,
@@ -95,6 +103,10 @@ impl Inner {
         snap: Seqno,
         out: &mut impl Parts,
     ) -> Result<()> {
+        let out = &mut Tracked {
+            out,
+            reported: vec![false; reqs.len()],
+        };
         let v = self.version.read().clone();
         self.stats
             .gets
@@ -104,9 +116,11 @@ impl Inner {
         let mut parts: Vec<Part> = Vec::new();
         for (slot, (key, range)) in reqs.iter().enumerate() {
             let Some(e) = self.lookup(&v, coll, key, snap)? else {
+                out.done(slot);
                 continue;
             };
             if e.is_tombstone() {
+                out.done(slot);
                 continue;
             }
             let Some((seg, g)) = self.paged_geometry(coll, key, &e) else {
@@ -118,6 +132,7 @@ impl Inner {
                 let path = seg.file.path();
                 let r = crate::read_path::find_record_ref(&b, coll, key, e.seqno, path, at.1)?;
                 put_cut(out, slot, r.value, range);
+                out.done(slot);
             } else if let Some(head) = self.head_cache.get(&at) {
                 parts.push(Part { slot, seg, head });
             } else if 2 * (range.end.min(g.value_len)).saturating_sub(range.start) >= g.value_len
@@ -139,16 +154,27 @@ impl Inner {
         }
         // Heads not cached: read each with the part's pages where the rotated layout
         // puts them (one round trip), then verify and cache the head.
+        let waiting = parts.len();
         self.read_cold_parts(coll, reqs, &heads, out, &mut parts)?;
-        // The parts themselves: the pages holding each (an empty part reads nothing).
+        let retried: Vec<usize> = parts[waiting..].iter().map(|p| p.slot).collect();
+        for c in heads.iter().filter(|c| !retried.contains(&c.slot)) {
+            out.done(c.slot);
+        }
+        // The parts themselves: the pages holding each (an empty part reads nothing),
+        // each part done when its last read has landed.
         let mut spans = Vec::with_capacity(parts.len());
         let mut reading = Vec::with_capacity(parts.len());
+        let mut left = vec![0usize; parts.len()];
         for (j, p) in parts.iter().enumerate() {
             let r = &reqs[p.slot].1;
             out.open(p.slot, part_len(&p.head, r));
             for read in p.head.reads_for(r.start, r.end) {
                 spans.push((&p.seg, read.start, read.len));
                 reading.push((j, read.part));
+                left[j] += 1;
+            }
+            if left[j] == 0 {
+                out.done(p.slot);
             }
         }
         self.read_spans(&spans, |i, r| {
@@ -156,7 +182,12 @@ impl Inner {
             let p = &parts[*j];
             let read = (r.off, &r.buf[..r.done]);
             let from = reqs[p.slot].1.start;
-            copy_part(&p.seg, &p.head, read, part, from, (&mut *out, p.slot))
+            copy_part(&p.seg, &p.head, read, part, from, (&mut *out, p.slot))?;
+            left[*j] -= 1;
+            if left[*j] == 0 {
+                out.done(p.slot);
+            }
+            Ok(())
         })?;
         // Everything else: whole values, cut.
         let slots = reqs.len();
@@ -168,6 +199,9 @@ impl Inner {
             if let Some(value) = value {
                 put_cut(out, slot, &value, &reqs[slot].1);
             }
+        }
+        for slot in 0..slots {
+            out.done(slot);
         }
         Ok(())
     }
@@ -362,6 +396,31 @@ pub(crate) trait Parts {
     fn open(&mut self, slot: usize, len: usize);
     /// Bytes at offset `at` of slot `slot`'s (opened) part.
     fn place(&mut self, slot: usize, at: usize, bytes: &[u8]);
+    /// Slot `slot` is complete (opened and placed, or missing): nothing more comes for
+    /// it.
+    fn done(&mut self, _slot: usize) {}
+}
+
+/// Forwards to `out`, marking each slot done at most once.
+struct Tracked<'o, P: Parts> {
+    out: &'o mut P,
+    reported: Vec<bool>,
+}
+
+impl<P: Parts> Parts for Tracked<'_, P> {
+    fn open(&mut self, slot: usize, len: usize) {
+        self.out.open(slot, len);
+    }
+
+    fn place(&mut self, slot: usize, at: usize, bytes: &[u8]) {
+        self.out.place(slot, at, bytes);
+    }
+
+    fn done(&mut self, slot: usize) {
+        if !std::mem::replace(&mut self.reported[slot], true) {
+            self.out.done(slot);
+        }
+    }
 }
 
 impl Parts for Vec<Option<Vec<u8>>> {
@@ -374,19 +433,24 @@ impl Parts for Vec<Option<Vec<u8>>> {
     }
 }
 
-/// The caller's buffers, and the length of each found part.
-struct Slices<'a, 'b> {
+/// The caller's buffers, the length of each found part, and where done parts go.
+struct Slices<'a, 'b, 'c> {
     bufs: &'a mut [&'b mut [u8]],
     lens: Vec<Option<usize>>,
+    on_part: &'c mut OnPart<'c>,
 }
 
-impl Parts for Slices<'_, '_> {
+impl Parts for Slices<'_, '_, '_> {
     fn open(&mut self, slot: usize, len: usize) {
         self.lens[slot] = Some(len);
     }
 
     fn place(&mut self, slot: usize, at: usize, bytes: &[u8]) {
         self.bufs[slot][at..at + bytes.len()].copy_from_slice(bytes);
+    }
+
+    fn done(&mut self, slot: usize) {
+        (self.on_part)(slot, self.lens[slot], self.bufs[slot]);
     }
 }
 

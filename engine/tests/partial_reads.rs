@@ -71,6 +71,77 @@ fn check_batches(db: &Db, seed: u64, keys: u64) {
             let into = lens[i].map(|n| bufs[i][..n].to_vec());
             assert!(into == got[i], "batch {batch} key {k:?} range {r:?}: into");
         }
+        // And handed on one by one: each part once, with its bytes in its buffer.
+        let mut bufs: Vec<Vec<u8>> = refs.iter().map(|(_, r)| vec![0x5a; r.len()]).collect();
+        let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+        let mut each: Vec<Option<Option<Vec<u8>>>> = vec![None; refs.len()];
+        db.multi_get_ranges_each("c", &refs, &mut slices, |i, len, buf| {
+            assert!(each[i].is_none(), "batch {batch}: part {i} handed on twice");
+            each[i] = Some(len.map(|n| buf[..n].to_vec()));
+        })
+        .unwrap();
+        for (i, (k, r)) in refs.iter().enumerate() {
+            let part = each[i].as_ref().expect("every part is handed on");
+            assert!(*part == got[i], "batch {batch} key {k:?} range {r:?}: each");
+        }
+    }
+}
+
+#[test]
+fn a_part_is_handed_on_once_its_own_reads_land_not_after_the_whole_batch() {
+    for backend in [IoBackend::IoUring, IoBackend::Psync] {
+        let (dir, db) = cold_chunks(4, IoBackend::Psync);
+        drop(db);
+        let db = Db::open(
+            dir.path(),
+            Options {
+                warm_index_cache: false,
+                ..opts(backend)
+            },
+        )
+        .unwrap();
+        let c = db.collection("c").unwrap();
+        // Key 1's head is cached by a first read; key 0's is not.
+        c.get_range(&1u64.to_be_bytes(), 0..10).unwrap().unwrap();
+        let reads = || db.stats().device_reads;
+        let before = reads();
+        let (k0, k1, missing) = (0u64.to_be_bytes(), 1u64.to_be_bytes(), 99u64.to_be_bytes());
+        let refs: Vec<(&[u8], Range<usize>)> =
+            vec![(&k0, 8192..12288), (&missing, 0..4096), (&k1, 16384..20480)];
+        let mut bufs = vec![vec![0u8; 4096]; 3];
+        let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+        let mut order = Vec::new();
+        db.multi_get_ranges_each("c", &refs, &mut slices, |i, len, buf| {
+            order.push((i, reads() - before));
+            let want = refs[i].0 != missing.as_slice();
+            assert_eq!(len.is_some(), want, "{backend:?}: part {i} found");
+            if let Some(n) = len {
+                let key = u64::from_be_bytes(refs[i].0.try_into().unwrap());
+                assert_eq!(
+                    buf[..n],
+                    noise(65_536, key)[refs[i].1.clone()],
+                    "{backend:?}: part {i}"
+                );
+            }
+        })
+        .unwrap();
+        let total = reads() - before;
+        // The missing key before any read; key 0 (head and part in one round trip)
+        // before key 1's part is read; key 1 last, after every read.
+        assert_eq!(
+            order.iter().map(|o| o.0).collect::<Vec<_>>(),
+            [1, 0, 2],
+            "{backend:?}: {order:?}"
+        );
+        assert_eq!(
+            order[0].1, 0,
+            "{backend:?}: the missing key waited for a read: {order:?}"
+        );
+        assert!(
+            order[1].1 < total,
+            "{backend:?}: key 0 waited for key 1's read: {order:?}"
+        );
+        assert_eq!(order[2].1, total, "{backend:?}: {order:?}");
     }
 }
 

@@ -726,23 +726,39 @@ impl ReadPlan {
 
     /// Fetches the engine pieces (all in one engine read) and assembles the bytes.
     pub fn execute(self, db: &basalt_engine::Db) -> Result<Vec<u8>, Errno> {
-        let mut r = ReadPlan::execute_all(vec![self], db);
-        r.pop().unwrap_or(Err(e(libc::EIO)))
+        let mut r = Err(e(libc::EIO));
+        ReadPlan::execute_each(vec![(self, ())], db, |(), got| r = got.map(<[u8]>::to_vec));
+        r
     }
 
-    /// Executes many plans with one engine `multi_get_ranges_into` per collection (one
-    /// io_uring submission for all their reads; a piece of a large chunk reads only the
-    /// pages that hold it); results in the order of `plans`. Each read is assembled in
-    /// one buffer of its final size, the engine writing every piece in place.
-    pub fn execute_all(
-        plans: Vec<ReadPlan>,
+    /// Executes many reads with one engine `multi_get_ranges_each` per collection (one
+    /// io_uring submission for all their pieces; a piece of a large chunk reads only
+    /// the pages that hold it) and hands each read's bytes to `done` with its tag as
+    /// soon as they are complete: a read that is one engine piece as its pages land
+    /// (its reply need not wait for the batch's slower reads), any other once the
+    /// batch's reads are done. Each read is assembled in one buffer of its final size,
+    /// the engine writing every piece in place.
+    pub fn execute_each<T>(
+        jobs: Vec<(ReadPlan, T)>,
         db: &basalt_engine::Db,
-    ) -> Vec<Result<Vec<u8>, Errno>> {
+        mut done: impl FnMut(T, Result<&[u8], Errno>),
+    ) {
+        let (plans, tags): (Vec<ReadPlan>, Vec<T>) = jobs.into_iter().unzip();
+        let mut tags: Vec<Option<T>> = tags.into_iter().map(Some).collect();
+        let single: Vec<bool> = plans
+            .iter()
+            .map(|p| matches!(p.parts.as_slice(), [ReadSource::Key { .. }]))
+            .collect();
         let mut outs: Vec<Vec<u8>> = plans.iter().map(|p| read_buffer(p.len())).collect();
-        // Per collection: the engine pieces and the parts of `outs` they go to.
-        type Pieces<'a> = (Vec<basalt_engine::RangeRequest<'a>>, Vec<&'a mut [u8]>);
+        // Per collection: the engine pieces, the parts of `outs` they go to, and the
+        // read each belongs to.
+        type Pieces<'a> = (
+            Vec<basalt_engine::RangeRequest<'a>>,
+            Vec<&'a mut [u8]>,
+            Vec<usize>,
+        );
         let mut by_coll: BTreeMap<&str, Pieces> = BTreeMap::new();
-        for (p, out) in plans.iter().zip(outs.iter_mut()) {
+        for (n, (p, out)) in plans.iter().zip(outs.iter_mut()).enumerate() {
             let mut rest = &mut out[..];
             for part in &p.parts {
                 let (here, tail) = std::mem::take(&mut rest).split_at_mut(part.len());
@@ -750,36 +766,41 @@ impl ReadPlan {
                 match part {
                     ReadSource::Bytes(b) => here.copy_from_slice(b),
                     ReadSource::Key { key, a, z } => {
-                        let (reqs, bufs) = by_coll.entry(&p.coll).or_default();
+                        let (reqs, bufs, owner) = by_coll.entry(&p.coll).or_default();
                         reqs.push((key, *a..*z));
                         bufs.push(here);
+                        owner.push(n);
                     }
                 }
             }
         }
         // A missing key or a piece past the value's end reads as zeros (a hole). Every
         // byte of every buffer is written: a reused buffer holds an earlier read's bytes.
-        let failed: BTreeMap<&str, Errno> = by_coll
-            .into_iter()
-            .filter_map(|(coll, (reqs, mut bufs))| {
-                match db.multi_get_ranges_into(coll, &reqs, &mut bufs) {
-                    Ok(lens) => {
-                        for (buf, n) in bufs.iter_mut().zip(lens) {
-                            buf[n.unwrap_or(0)..].fill(0);
-                        }
-                        None
+        let mut failed: Vec<Option<Errno>> = vec![None; plans.len()];
+        for (coll, (reqs, mut bufs, owner)) in by_coll {
+            let got = db.multi_get_ranges_each(coll, &reqs, &mut bufs, |i, len, buf| {
+                buf[len.unwrap_or(0)..].fill(0);
+                if single[owner[i]] {
+                    if let Some(t) = tags[owner[i]].take() {
+                        done(t, Ok(buf));
                     }
-                    Err(err) => Some((coll, engine_err(coll, reqs[0].0, &err))),
                 }
-            })
-            .collect();
-        plans
-            .iter()
-            .zip(outs)
-            .map(|(p, out)| match failed.get(p.coll.as_str()) {
-                Some(err) => Err(*err),
-                None => Ok(out),
-            })
-            .collect()
+            });
+            if let Err(err) = got {
+                let errno = engine_err(coll, reqs[0].0, &err);
+                for &n in &owner {
+                    failed[n] = Some(errno);
+                }
+            }
+        }
+        for (n, out) in outs.into_iter().enumerate() {
+            if let Some(t) = tags[n].take() {
+                match failed[n] {
+                    Some(errno) => done(t, Err(errno)),
+                    None => done(t, Ok(&out)),
+                }
+            }
+            recycle_read_buffer(out);
+        }
     }
 }

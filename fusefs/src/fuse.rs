@@ -17,7 +17,7 @@ use fuser::{
 
 use crate::fs::{Caller, NewNode, ReadPlan};
 use crate::layout::Kind;
-use crate::read_pool::ReadPool;
+use crate::read_pool::{Finished, ReadPool};
 use crate::requests::{Op, Requests};
 use crate::state::{Errno, Node, State, ROOT_INO};
 use crate::views::{self, Virtual};
@@ -67,7 +67,7 @@ pub struct Shared {
     /// Set once the session ended (unmounted from inside or outside).
     pub done: Arc<Done>,
     /// Engine reads in flight off the FUSE workers.
-    reads: ReadPool<(ReadPlan, ReplyData), ReadDone>,
+    reads: ReadPool<(ReadPlan, ReplyData)>,
     /// FUSE requests received, by operation.
     pub requests: Requests,
     /// The kernel granted `FUSE_HANDLE_KILLPRIV_V2`: this filesystem clears set-ID bits
@@ -94,17 +94,20 @@ impl Shared {
             reads: {
                 ReadPool::new(
                     opts.read_threads,
-                    move |batch: Vec<(ReadPlan, ReplyData)>| {
+                    move |batch: Vec<(ReadPlan, ReplyData)>, done: &Finished<'_>| {
                         // Reads here sleep for their completions: a spinning reader
                         // takes the core the FUSE workers and the application need
                         // (fio randread 4k qd16: 12-17% slower with polling; qd1 only
                         // 6-7% faster).
                         basalt_engine::poll_reads_on_this_thread(false);
-                        let (plans, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
-                        let results = ReadPlan::execute_all(plans, &db);
-                        results.into_iter().zip(replies).collect()
+                        ReadPlan::execute_each(batch, &db, |reply, r| {
+                            done.one();
+                            match r {
+                                Ok(d) => reply.data(d),
+                                Err(e) => reply.error(ferr(e)),
+                            }
+                        });
                     },
-                    |(r, reply)| send_read(r, reply),
                 )
             },
             requests: Requests::default(),
@@ -800,9 +803,6 @@ impl BasaltFs {
         st.flush_node(ino)
     }
 }
-
-/// A read's bytes (or error) and where they go.
-type ReadDone = (Result<Vec<u8>, Errno>, ReplyData);
 
 fn send_read(r: Result<Vec<u8>, Errno>, reply: ReplyData) {
     match r {

@@ -8,9 +8,11 @@
 //! queued (up to [`MAX_BATCH`]) and hands it to the work function as one batch, which
 //! the filesystem turns into one engine `multi_get` (one io_uring submission).
 //!
-//! A batch stops counting as in flight when its work is done, before its results are
-//! delivered (the replies to the kernel): a reply wakes the reader, whose next read
-//! must find nothing in flight to be served inline.
+//! The work function replies to each read as soon as its bytes are there, not after
+//! the batch: a reply lets the application send its next read, which another pool
+//! thread takes while this batch's slower reads are still in flight. Before replying
+//! it marks the read [`Finished::one`]: a reply wakes the reader, whose next read must
+//! find nothing in flight to be served inline.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -20,45 +22,63 @@ use std::thread::JoinHandle;
 /// Most reads handed to the work function at once.
 pub const MAX_BATCH: usize = 64;
 
-/// What the pool runs: `work` turns a batch of jobs into results, `deliver` hands each
-/// result on (after the batch stopped counting as in flight).
-struct Stages<J, D> {
-    work: Box<dyn Fn(Vec<J>) -> Vec<D> + Send + Sync>,
-    deliver: Box<dyn Fn(D) + Send + Sync>,
-    in_flight: AtomicUsize,
+/// The work function's way to say that one read of its batch is done.
+pub struct Finished<'a> {
+    in_flight: &'a AtomicUsize,
+    left: std::cell::Cell<usize>,
 }
 
-impl<J, D> Stages<J, D> {
-    fn handle(&self, batch: Vec<J>) {
-        let len = batch.len();
-        let done = (self.work)(batch);
-        self.in_flight.fetch_sub(len, Ordering::AcqRel);
-        for d in done {
-            (self.deliver)(d);
+impl Finished<'_> {
+    /// One read of the batch is done: it no longer counts as in flight. Call before
+    /// replying; calls beyond the batch's size are ignored.
+    pub fn one(&self) {
+        let left = self.left.get();
+        if left > 0 {
+            self.left.set(left - 1);
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
 
+/// Handles a batch of jobs, saying when each is done.
+type Work<J> = dyn Fn(Vec<J>, &Finished<'_>) + Send + Sync;
+
+/// What the pool runs: `work` handles a batch of jobs, saying when each is done.
+struct Stages<J> {
+    work: Box<Work<J>>,
+    in_flight: AtomicUsize,
+}
+
+impl<J> Stages<J> {
+    fn handle(&self, batch: Vec<J>) {
+        let done = Finished {
+            in_flight: &self.in_flight,
+            left: std::cell::Cell::new(batch.len()),
+        };
+        (self.work)(batch, &done);
+        // Reads the work function did not mark stop counting now.
+        self.in_flight.fetch_sub(done.left.get(), Ordering::AcqRel);
+    }
+}
+
 /// A fixed set of threads feeding queued jobs to a batch work function.
-pub struct ReadPool<J: Send + 'static, D: 'static> {
+pub struct ReadPool<J: Send + 'static> {
     tx: Mutex<Option<Sender<J>>>,
-    stages: Arc<Stages<J, D>>,
+    stages: Arc<Stages<J>>,
     threads: Vec<JoinHandle<()>>,
 }
 
-impl<J: Send + 'static, D: 'static> ReadPool<J, D> {
-    /// Starts `threads` pool threads (at least one) serving batches with `work` and
-    /// handing each of its results to `deliver`.
+impl<J: Send + 'static> ReadPool<J> {
+    /// Starts `threads` pool threads (at least one) serving batches with `work`, which
+    /// calls [`Finished::one`] as each job of its batch is done.
     pub fn new(
         threads: usize,
-        work: impl Fn(Vec<J>) -> Vec<D> + Send + Sync + 'static,
-        deliver: impl Fn(D) + Send + Sync + 'static,
+        work: impl Fn(Vec<J>, &Finished<'_>) + Send + Sync + 'static,
     ) -> Self {
         let (tx, rx) = channel::<J>();
         let rx = Arc::new(Mutex::new(rx));
         let stages = Arc::new(Stages {
             work: Box::new(work),
-            deliver: Box::new(deliver),
             in_flight: AtomicUsize::new(0),
         });
         let threads = (0..threads.max(1))
@@ -100,7 +120,7 @@ impl<J: Send + 'static, D: 'static> ReadPool<J, D> {
     }
 }
 
-fn serve<J, D>(rx: &Mutex<Receiver<J>>, stages: &Stages<J, D>) {
+fn serve<J>(rx: &Mutex<Receiver<J>>, stages: &Stages<J>) {
     loop {
         let batch = {
             let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
@@ -118,7 +138,7 @@ fn serve<J, D>(rx: &Mutex<Receiver<J>>, stages: &Stages<J, D>) {
     }
 }
 
-impl<J: Send + 'static, D: 'static> Drop for ReadPool<J, D> {
+impl<J: Send + 'static> Drop for ReadPool<J> {
     /// Lets queued jobs finish, then stops the threads.
     fn drop(&mut self) {
         self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -127,7 +147,6 @@ impl<J: Send + 'static, D: 'static> Drop for ReadPool<J, D> {
         }
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,23 +159,17 @@ mod tests {
 
     type Job = (u32, Arc<Barrier>);
 
-    fn reporting_pool(threads: usize, tx: SyncSender<Seen>) -> ReadPool<Job, Seen> {
+    fn reporting_pool(threads: usize, tx: SyncSender<Seen>) -> ReadPool<Job> {
         let tx = Mutex::new(tx);
-        ReadPool::new(
-            threads,
-            |batch: Vec<Job>| {
-                let len = batch.len();
-                let me = std::thread::current().id();
-                batch
-                    .into_iter()
-                    .map(|(n, gate)| {
-                        gate.wait();
-                        (n, me, len)
-                    })
-                    .collect()
-            },
-            move |seen| tx.lock().unwrap().send(seen).unwrap(),
-        )
+        ReadPool::new(threads, move |batch: Vec<Job>, done: &Finished<'_>| {
+            let len = batch.len();
+            let me = std::thread::current().id();
+            for (n, gate) in batch {
+                gate.wait();
+                done.one();
+                tx.lock().unwrap().send((n, me, len)).unwrap();
+            }
+        })
     }
 
     #[test]
@@ -169,32 +182,43 @@ mod tests {
     }
 
     #[test]
-    fn a_read_stops_counting_as_in_flight_before_its_reply_goes_out() {
-        // `deliver` stands for the reply: it holds until the test has looked.
+    fn a_read_marked_done_stops_counting_as_in_flight_while_its_batch_goes_on() {
+        // Job 1 is marked done, then the work function holds (standing for job 2's
+        // read still in flight) until the test has looked.
         let (reached, release) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
         let pool = Arc::new({
             let (reached, release) = (Arc::clone(&reached), Arc::clone(&release));
-            ReadPool::new(
-                1,
-                |batch: Vec<u32>| batch,
-                move |_: u32| {
+            ReadPool::new(1, move |batch: Vec<u32>, done: &Finished<'_>| {
+                for _ in batch {
+                    done.one();
                     reached.wait();
                     release.wait();
-                },
-            )
+                }
+            })
         });
         let caller = {
             let pool = Arc::clone(&pool);
             std::thread::spawn(move || pool.run(1))
         };
         reached.wait();
-        assert_eq!(
-            pool.in_flight(),
-            0,
-            "in flight while its reply is being sent"
-        );
+        assert_eq!(pool.in_flight(), 0, "in flight after it was marked done");
         release.wait();
         caller.join().unwrap();
+    }
+
+    #[test]
+    fn reads_the_work_function_does_not_mark_stop_counting_when_it_returns() {
+        let pool = ReadPool::new(1, |_: Vec<u32>, done: &Finished<'_>| {
+            // Marks more than the batch holds: the extra calls are ignored.
+            for _ in 0..5 {
+                done.one();
+            }
+        });
+        pool.run(1);
+        assert_eq!(pool.in_flight(), 0);
+        let lazy = ReadPool::new(1, |_: Vec<u32>, _: &Finished<'_>| {});
+        lazy.run(1);
+        assert_eq!(lazy.in_flight(), 0);
     }
 
     #[test]

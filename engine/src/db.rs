@@ -109,6 +109,9 @@ pub(crate) struct Inner {
     /// Delay owed per KiB written (ns) while GC is behind its target or merges are
     /// behind (`flush::merge_debt`).
     pub gc_delay_nanos_per_kib: AtomicU64,
+    /// The merge debt's part of `gc_delay_nanos_per_kib` (the rest is GC's): the time
+    /// writers sleep is counted for each cause in this proportion.
+    pub merge_delay_nanos_per_kib: AtomicU64,
     /// A collection was dropped: merge all runs to purge its entries.
     pub want_full_merge: AtomicBool,
     /// Of the newer runs' entries, how many (per mille) the last merge into the oldest
@@ -659,6 +662,7 @@ impl Db {
             shutdown: AtomicBool::new(false),
             flush_error: Mutex::new(None),
             gc_delay_nanos_per_kib: AtomicU64::new(0),
+            merge_delay_nanos_per_kib: AtomicU64::new(0),
             want_full_merge: AtomicBool::new(false),
             shadow_permille: AtomicU64::new(
                 ckpt.shadow_permille
@@ -1345,9 +1349,19 @@ impl Inner {
         let slept = started.elapsed();
         // Oversleep is credited, up to one minimum sleep.
         OWED_NANOS.with(|o| o.set((owed - slept.as_nanos() as i64).max(-min)));
+        // Counted for GC and for the merge debt in the proportion of their delays.
+        let slept = slept.as_micros() as u64;
+        let merge = self
+            .merge_delay_nanos_per_kib
+            .load(Ordering::Relaxed)
+            .min(per_kib);
+        let for_merge = (slept as u128 * merge as u128 / per_kib as u128) as u64;
+        self.stats
+            .stall_merge_micros
+            .fetch_add(for_merge, Ordering::Relaxed);
         self.stats
             .stall_gc_micros
-            .fetch_add(slept.as_micros() as u64, Ordering::Relaxed);
+            .fetch_add(slept - for_merge, Ordering::Relaxed);
     }
 
     /// Group commit: makes the log durable up to commit number `target`. One caller
@@ -1398,9 +1412,40 @@ mod tests {
             s.write_stall_gc_micros
         );
         assert_eq!(s.write_stall_flush_micros, 0, "no flush was waited for");
+        assert_eq!(s.write_stall_merge_micros, 0, "no merge debt");
         assert_eq!(
             s.write_stall_micros,
             s.write_stall_gc_micros + s.write_stall_flush_micros
+        );
+    }
+
+    #[test]
+    fn the_merge_debts_share_of_a_slow_down_is_counted_as_merge_stall() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(dir.path(), 32 << 20);
+        let c = db.create_collection("c").unwrap();
+        // 100 µs per KiB, of which 75 for the merge debt and 25 for GC.
+        db.inner
+            .merge_delay_nanos_per_kib
+            .store(75_000, Ordering::Relaxed);
+        db.inner
+            .gc_delay_nanos_per_kib
+            .store(100_000, Ordering::Relaxed);
+        for i in 0..20u32 {
+            c.put(&i.to_be_bytes(), &[7u8; 4096]).unwrap();
+        }
+        let s = db.stats();
+        let (merge, gc) = (s.write_stall_merge_micros, s.write_stall_gc_micros);
+        println!("slept {} µs: merge {merge}, gc {gc}", merge + gc);
+        assert!(merge + gc >= 20 * 400 - 200, "{merge} + {gc} µs counted");
+        // 3:1, give or take a microsecond of rounding per sleep.
+        assert!(
+            merge.abs_diff(3 * gc) <= 4 * 20,
+            "merge {merge} µs, gc {gc} µs"
+        );
+        assert_eq!(
+            s.write_stall_micros,
+            merge + gc + s.write_stall_flush_micros
         );
     }
 

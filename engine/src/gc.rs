@@ -94,11 +94,15 @@ fn update_throttle(inner: &Inner) {
             &inner.version.read().runs,
             inner.shadow_permille.load(Ordering::Relaxed),
         ));
-        (gc + merge).min(MAX_DELAY_NANOS_PER_KIB)
+        let total = (gc + merge).min(MAX_DELAY_NANOS_PER_KIB);
+        (total, merge.min(total))
     } else {
-        0
+        (0, 0)
     };
-    inner.gc_delay_nanos_per_kib.store(t, Ordering::Relaxed);
+    inner
+        .merge_delay_nanos_per_kib
+        .store(t.1, Ordering::Relaxed);
+    inner.gc_delay_nanos_per_kib.store(t.0, Ordering::Relaxed);
 }
 
 fn pick_victim(inner: &Inner, force: bool) -> Option<Arc<Segment>> {

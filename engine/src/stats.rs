@@ -25,6 +25,8 @@ pub struct StatCounters {
     pub stall_flush_micros: AtomicU64,
     /// Writer time spent in GC's smooth slow-down (the log below its target fill).
     pub stall_gc_micros: AtomicU64,
+    /// Writer time spent in the merge debt's slow-down (merges behind the writes).
+    pub stall_merge_micros: AtomicU64,
     /// Bytes read from the device for point reads (gets and multi-gets).
     pub get_bytes_read: AtomicU64,
     pub multi_get_batches: AtomicU64,
@@ -149,12 +151,16 @@ pub struct Stats {
     pub read_waits_polled: u64,
     /// io_uring waits that slept (polling off or busy on other threads, or too slow).
     pub read_waits_slept: u64,
-    /// Total writer stall: `write_stall_flush_micros + write_stall_gc_micros`.
+    /// Total writer stall: `write_stall_flush_micros + write_stall_gc_micros +
+    /// write_stall_merge_micros`.
     pub write_stall_micros: u64,
     /// Stall waiting for memtable flushes because the write cache was full.
     pub write_stall_flush_micros: u64,
     /// Stall from GC's slow-down while the log was below its target fill.
     pub write_stall_gc_micros: u64,
+    /// Stall from the merge debt's slow-down (garbage the index merges have not found
+    /// yet above [`crate::MERGE_DEBT_THROTTLE`]).
+    pub write_stall_merge_micros: u64,
 }
 
 impl Stats {
@@ -219,6 +225,7 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
     let gets = s.gets.load(Ordering::Relaxed);
     let stall_flush = s.stall_flush_micros.load(Ordering::Relaxed);
     let stall_gc = s.stall_gc_micros.load(Ordering::Relaxed);
+    let stall_merge = s.stall_merge_micros.load(Ordering::Relaxed);
     let dreads = s.device_reads.load(Ordering::Relaxed);
     let mem_tables: u64 = v.memtables().map(|m| m.approx_bytes()).sum();
     let mem_entries: usize = v.memtables().map(|m| m.len()).sum();
@@ -304,8 +311,9 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         read_poll_micros: inner.opts.read_poll_micros,
         read_waits_polled: s.ring.polled_waits.load(Ordering::Relaxed),
         read_waits_slept: s.ring.slept_waits.load(Ordering::Relaxed),
-        write_stall_micros: stall_flush + stall_gc,
+        write_stall_micros: stall_flush + stall_gc + stall_merge,
         write_stall_flush_micros: stall_flush,
         write_stall_gc_micros: stall_gc,
+        write_stall_merge_micros: stall_merge,
     }
 }

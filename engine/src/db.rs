@@ -1393,19 +1393,28 @@ mod tests {
         Db::open(dir, Options::for_unit_test(budget)).unwrap()
     }
 
-    #[test]
-    fn gc_slow_down_is_counted_apart_from_flush_waits() {
+    /// Stats after 20 writes of 4 KiB slowed by `delay` ns per KiB (each owes about
+    /// `delay` × 4 ns and sleeps it), `merge` of them for the merge debt.
+    fn slowed_writes(delay: u64, merge: u64) -> crate::Stats {
         let dir = tempfile::tempdir().unwrap();
         let db = open(dir.path(), 32 << 20);
         let c = db.create_collection("c").unwrap();
-        // 100 µs per KiB: each 4 KiB write owes about 400 µs and sleeps it.
+        db.inner
+            .merge_delay_nanos_per_kib
+            .store(merge, Ordering::Relaxed);
         db.inner
             .gc_delay_nanos_per_kib
-            .store(100_000, Ordering::Relaxed);
+            .store(delay, Ordering::Relaxed);
         for i in 0..20u32 {
             c.put(&i.to_be_bytes(), &[7u8; 4096]).unwrap();
         }
-        let s = db.stats();
+        db.stats()
+    }
+
+    #[test]
+    fn gc_slow_down_is_counted_apart_from_flush_waits() {
+        // 100 µs per KiB: each 4 KiB write owes about 400 µs and sleeps it.
+        let s = slowed_writes(100_000, 0);
         assert!(
             s.write_stall_gc_micros >= 20 * 400 - 200,
             "20 writes of 4 KiB slowed by 100 µs per KiB: {} µs counted",
@@ -1421,20 +1430,8 @@ mod tests {
 
     #[test]
     fn the_merge_debts_share_of_a_slow_down_is_counted_as_merge_stall() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = open(dir.path(), 32 << 20);
-        let c = db.create_collection("c").unwrap();
         // 100 µs per KiB, of which 75 for the merge debt and 25 for GC.
-        db.inner
-            .merge_delay_nanos_per_kib
-            .store(75_000, Ordering::Relaxed);
-        db.inner
-            .gc_delay_nanos_per_kib
-            .store(100_000, Ordering::Relaxed);
-        for i in 0..20u32 {
-            c.put(&i.to_be_bytes(), &[7u8; 4096]).unwrap();
-        }
-        let s = db.stats();
+        let s = slowed_writes(100_000, 75_000);
         let (merge, gc) = (s.write_stall_merge_micros, s.write_stall_gc_micros);
         println!("slept {} µs: merge {merge}, gc {gc}", merge + gc);
         assert!(merge + gc >= 20 * 400 - 200, "{merge} + {gc} µs counted");

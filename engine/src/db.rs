@@ -119,6 +119,13 @@ pub(crate) struct Inner {
     /// `flush::SHADOW_UNMEASURED`, counted as all, until one has measured it). Drives
     /// the merge policy and the merge-debt throttle (`flush::merge_debt`).
     pub shadow_permille: AtomicU64,
+    /// A merge's output for the warm-up thread to read into the index cache
+    /// (`index_warm::after_merge`); a newer one replaces it.
+    pub warm_request: Mutex<Option<Arc<Run>>>,
+    /// `stats.gets` at the end of the last merge: whether reads ran since.
+    pub gets_at_last_merge: AtomicU64,
+    /// When a merge last found that reads had run since the one before it.
+    pub reads_seen_at_merge: Mutex<Option<Instant>>,
     pub next_mem_id: AtomicU64,
     /// Pinned bytes (bloom filters, run block indexes, garbage map) at the last
     /// [`Inner::rebalance_caches`], for resizing the caches without taking the
@@ -668,6 +675,9 @@ impl Db {
                 ckpt.shadow_permille
                     .map_or(crate::flush::SHADOW_UNMEASURED, |v| v.min(1000)),
             ),
+            warm_request: Mutex::new(None),
+            gets_at_last_merge: AtomicU64::new(0),
+            reads_seen_at_merge: Mutex::new(None),
             opts,
         });
         let guard = Arc::new(CloseGuard {

@@ -610,6 +610,7 @@ pub fn maybe_merge(inner: &Arc<Inner>, full: bool) -> Result<bool> {
     if written == 0 {
         run.mark_obsolete();
     }
+    crate::index_warm::after_merge(inner, (written > 0).then_some(&run), &inputs);
     inner.stats.merges.fetch_add(1, Ordering::Relaxed);
     Ok(true)
 }

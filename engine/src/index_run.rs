@@ -410,6 +410,11 @@ impl Run {
         self.obsolete.store(true, Ordering::SeqCst);
     }
 
+    /// Whether a merge or drop has replaced this run.
+    pub fn is_obsolete(&self) -> bool {
+        self.obsolete.load(Ordering::SeqCst)
+    }
+
     /// Reads and verifies data block `i` (through the cache when `cached`).
     pub fn block(&self, i: usize, cached: bool) -> Result<Arc<Vec<u8>>> {
         self.block_counting(i, cached, None)

@@ -122,8 +122,9 @@ pub struct Stats {
     pub block_cache_declined: u64,
     pub index_cache_hits: u64,
     pub index_cache_misses: u64,
-    /// Index bytes the warm-up at open loaded into the index cache (option
-    /// `warm_index_cache`), and whether it is still running.
+    /// Index bytes the warm-up loaded into the index cache (option
+    /// `warm_index_cache`: at open, and merge outputs while reads run), and whether a
+    /// warm-up is running or asked for.
     pub index_cache_warmed_bytes: u64,
     pub index_cache_warming: bool,
     /// Heads of paged blocks (page checksum tables) cached for reads of parts of

@@ -278,20 +278,29 @@ fn idle_write_cache_is_lent_to_the_caches_and_taken_back_when_writes_resume() {
     );
 }
 
-/// Waits (up to a minute) for the index-cache warm-up started at open to finish.
-fn warmed(db: &Db) -> basalt_engine::Stats {
+/// Waits (up to a minute) until `done` holds for the stats.
+fn stats_when(
+    db: &Db,
+    what: &str,
+    done: impl Fn(&basalt_engine::Stats) -> bool,
+) -> basalt_engine::Stats {
     let start = std::time::Instant::now();
     loop {
         let s = db.stats();
-        if !s.index_cache_warming {
+        if done(&s) {
             return s;
         }
         assert!(
             start.elapsed() < std::time::Duration::from_secs(60),
-            "the index warm-up did not finish in a minute"
+            "{what}: not within a minute"
         );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+}
+
+/// Waits for the index-cache warm-up (at open, or of a merge's output) to finish.
+fn warmed(db: &Db) -> basalt_engine::Stats {
+    stats_when(db, "index warm-up finished", |s| !s.index_cache_warming)
 }
 
 /// Index-cache misses during 3000 random gets of keys `0..n`.
@@ -345,6 +354,59 @@ fn a_reopened_engine_finds_its_index_already_in_the_cache() {
         cold > 100,
         "cold gets missed the index cache only {cold} times"
     );
+}
+
+/// Waits until the index cache has been warmed past `bytes` and the warm-up is idle.
+fn warmed_past(db: &Db, bytes: u64) -> basalt_engine::Stats {
+    stats_when(db, &format!("index warm-up past {bytes} bytes"), |s| {
+        s.index_cache_warmed_bytes > bytes && !s.index_cache_warming
+    })
+}
+
+/// Overwrites every key of `0..n` with the same value, then merges the whole index.
+fn rewrite_and_merge(db: &Db, n: u64) {
+    let c = db.collection("c").unwrap();
+    for k in 0..n {
+        c.put(&k.to_be_bytes(), &value(k, 0)).unwrap();
+    }
+    db.wait_for_gc().unwrap();
+}
+
+#[test]
+fn a_merge_output_is_warmed_into_the_index_cache_only_while_reads_run() {
+    let n = 60_000;
+    let o = Options {
+        memory_budget: 32 << 20,
+        ..opts(IoBackend::IoUring)
+    };
+    let (_dir, db) = loaded(o, n);
+    let w0 = warmed(&db).index_cache_warmed_bytes;
+    // No reads yet: the merge's output is not read back.
+    rewrite_and_merge(&db, n);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let s = warmed(&db);
+    assert_eq!(
+        s.index_cache_warmed_bytes, w0,
+        "a merge with no reads before it warmed its output"
+    );
+    // Its inputs' blocks left the cache and its own are not there: lookups miss.
+    let cold = index_misses_of_random_gets(&db, n);
+    // Reads ran since: the next merges' outputs are read into the cache (GC's copies
+    // make `wait_for_gc` merge more than once, with no read in between).
+    rewrite_and_merge(&db, n);
+    let s = warmed_past(&db, w0);
+    let warm = index_misses_of_random_gets(&db, n);
+    println!(
+        "index {} bytes; after a merge, index misses in 3000 gets: {cold} not warmed, \
+         {warm} warmed ({} bytes warmed)",
+        s.index_disk_bytes,
+        s.index_cache_warmed_bytes - w0
+    );
+    assert!(
+        cold > 100,
+        "gets after an unwarmed merge missed only {cold} times"
+    );
+    assert_eq!(warm, 0, "gets after a warmed merge missed the index cache");
 }
 
 #[test]

@@ -100,7 +100,8 @@ pub struct Options {
     pub cache_writes: bool,
     /// At open, load index blocks into the index cache in large sequential reads (as
     /// far as it has room), in the background, so that the first point reads do not
-    /// each wait for an index read (RocksDB's `prefetch_index_and_filter_in_cache`).
+    /// each wait for an index read (RocksDB's `prefetch_index_and_filter_in_cache`);
+    /// likewise each merge's output while reads run, so lookups after a merge do not.
     #[serde(default = "yes")]
     pub warm_index_cache: bool,
     /// Run garbage collection in a background thread.

@@ -359,7 +359,10 @@ mod tests {
         assert_eq!(c.data_dir, PathBuf::from("/var/lib/basalt/data"));
         assert!(c.mount.enabled);
         assert_eq!(c.http.listen.to_string(), "127.0.0.1:8642");
-        assert_eq!(c.engine.target_fill_pct.0, 60);
+        assert_eq!(
+            c.engine.target_fill_pct.0,
+            basalt_engine::Options::default().target_fill_pct
+        );
     }
 
     #[test]

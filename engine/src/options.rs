@@ -82,7 +82,9 @@ pub struct Options {
     pub durability: Durability,
     /// GC's target fill (Magma's `PctUsed`): segments are collected so that live data
     /// fills about this percentage of the log. Space-amp ≈ 100/target, GC write-amp ≈
-    /// 100/(100-target). Range 10..=95.
+    /// 100/(100-target). Range 10..=95. The default, 65, keeps a sustained overwrite's
+    /// directory under 2x the user data once the garbage index merges have not found
+    /// yet is added (see the engine's README).
     pub target_fill_pct: u8,
     /// Upper bound on memory the engine keeps: write cache (memtable), block and index caches.
     pub memory_budget: u64,
@@ -127,7 +129,7 @@ impl Default for Options {
             block_size: 16 << 10,
             compression: Compression::Lz4,
             durability: Durability::SyncEveryWrite,
-            target_fill_pct: 60,
+            target_fill_pct: 65,
             memory_budget: 256 << 20,
             direct_io: true,
             io_backend: IoBackend::IoUring,

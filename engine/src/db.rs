@@ -896,8 +896,9 @@ impl Db {
 
     /// Like [`Db::multi_get_ranges_into`], but hands each part to `on_part(i, len,
     /// buf)` (`len` is `None` for a missing key; `buf` is `bufs[i]`) as soon as its
-    /// bytes are in place, in the order the reads complete, while the batch's other
-    /// reads are still in flight. On `Ok` every part has been handed on exactly once;
+    /// bytes are in place (a part whose block head is cached as its last page lands;
+    /// parts whose heads are read too once those reads have landed), while the batch's
+    /// other reads are still in flight. On `Ok` every part has been handed on exactly once;
     /// on an error, the parts not yet handed on are not.
     pub fn multi_get_ranges_each(
         &self,

@@ -102,10 +102,7 @@ impl Shared {
                         basalt_engine::poll_reads_on_this_thread(false);
                         ReadPlan::execute_each(batch, &db, |reply, r| {
                             done.one();
-                            match r {
-                                Ok(d) => reply.data(d),
-                                Err(e) => reply.error(ferr(e)),
-                            }
+                            reply_read(reply, r);
                         });
                     },
                 )
@@ -804,13 +801,19 @@ impl BasaltFs {
     }
 }
 
-fn send_read(r: Result<Vec<u8>, Errno>, reply: ReplyData) {
+/// Answers READ with a read's bytes or its error.
+fn reply_read(reply: ReplyData, r: Result<&[u8], Errno>) {
     match r {
-        Ok(d) => {
-            reply.data(&d);
-            crate::fs::recycle_read_buffer(d);
-        }
+        Ok(d) => reply.data(d),
         Err(e) => reply.error(ferr(e)),
+    }
+}
+
+/// Answers READ from a read's own buffer, then keeps the buffer for the next read.
+fn send_read(r: Result<Vec<u8>, Errno>, reply: ReplyData) {
+    reply_read(reply, r.as_deref().map_err(|e| *e));
+    if let Ok(d) = r {
+        crate::fs::recycle_read_buffer(d);
     }
 }
 

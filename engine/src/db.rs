@@ -122,10 +122,9 @@ pub(crate) struct Inner {
     /// A merge's output for the warm-up thread to read into the index cache
     /// (`index_warm::after_merge`); a newer one replaces it.
     pub warm_request: Mutex<Option<Arc<Run>>>,
-    /// `stats.gets` at the end of the last merge: whether reads ran since.
-    pub gets_at_last_merge: AtomicU64,
-    /// When a merge last found that reads had run since the one before it.
-    pub reads_seen_at_merge: Mutex<Option<Instant>>,
+    /// `stats.gets` at the end of the last merge, and when a merge last found that
+    /// gets had run since the one before it (`index_warm::after_merge`).
+    pub reads_at_merge: Mutex<(u64, Option<Instant>)>,
     pub next_mem_id: AtomicU64,
     /// Pinned bytes (bloom filters, run block indexes, garbage map) at the last
     /// [`Inner::rebalance_caches`], for resizing the caches without taking the
@@ -676,8 +675,7 @@ impl Db {
                     .map_or(crate::flush::SHADOW_UNMEASURED, |v| v.min(1000)),
             ),
             warm_request: Mutex::new(None),
-            gets_at_last_merge: AtomicU64::new(0),
-            reads_seen_at_merge: Mutex::new(None),
+            reads_at_merge: Mutex::new((0, None)),
             opts,
         });
         let guard = Arc::new(CloseGuard {

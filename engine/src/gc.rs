@@ -85,7 +85,7 @@ pub(crate) fn delay_nanos_per_kib(points_behind: f64) -> u64 {
 
 fn update_throttle(inner: &Inner) {
     let (fill, total) = fill_pct(inner);
-    let t = if total > 4 * inner.opts.segment_size {
+    let (delay, merge_share) = if total > 4 * inner.opts.segment_size {
         // GC is behind once the fill is more than 10 points below its target.
         let gc = delay_nanos_per_kib(inner.opts.target_fill_pct as f64 - 10.0 - fill);
         // Garbage GC cannot see yet counts too: while merges are behind, writers are
@@ -101,8 +101,8 @@ fn update_throttle(inner: &Inner) {
     };
     inner
         .merge_delay_nanos_per_kib
-        .store(t.1, Ordering::Relaxed);
-    inner.gc_delay_nanos_per_kib.store(t.0, Ordering::Relaxed);
+        .store(merge_share, Ordering::Relaxed);
+    inner.gc_delay_nanos_per_kib.store(delay, Ordering::Relaxed);
 }
 
 fn pick_victim(inner: &Inner, force: bool) -> Option<Arc<Segment>> {

@@ -25,24 +25,30 @@ pub const READS_RECENT: Duration = Duration::from_secs(10);
 
 /// Body of the warm-up thread (started at open when `Options::warm_index_cache`).
 pub(crate) fn warm_index_thread(inner: &Arc<Inner>) {
-    let v = inner.version.read().clone();
-    warm_runs(inner, &v.runs);
-    inner.stats.index_warming.store(false, Ordering::Relaxed);
-    drop(v);
-    while !inner.shutdown.load(Ordering::SeqCst) {
-        let Some(run) = inner.warm_request.lock().take() else {
+    let runs = inner.version.read().runs.clone();
+    warm_runs(inner, &runs);
+    drop(runs);
+    loop {
+        // Idle unless a request came meanwhile (`after_merge` sets the flag with its
+        // request, under the same lock).
+        {
+            let pending = inner.warm_request.lock();
+            if pending.is_none() {
+                inner.stats.index_warming.store(false, Ordering::Relaxed);
+            }
+        }
+        let run = loop {
+            if inner.shutdown.load(Ordering::SeqCst) {
+                return;
+            }
+            if let Some(run) = inner.warm_request.lock().take() {
+                break run;
+            }
             let mut g = inner.bg_mutex.lock();
             inner.bg_cond.wait_for(&mut g, Duration::from_millis(100));
-            continue;
         };
         if !run.is_obsolete() {
             warm_runs(inner, &[run]);
-        }
-        // Idle unless a newer request came meanwhile (`after_merge` sets the flag with
-        // its request, under the same lock).
-        let pending = inner.warm_request.lock();
-        if pending.is_none() {
-            inner.stats.index_warming.store(false, Ordering::Relaxed);
         }
     }
 }
@@ -78,13 +84,12 @@ pub(crate) fn after_merge(inner: &Inner, output: Option<&Arc<Run>>, inputs: &[Ar
     let ids: Vec<u64> = inputs.iter().map(|r| r.id).collect();
     inner.index_cache.retain(|(id, _)| !ids.contains(id));
     let gets = inner.stats.gets.load(Ordering::Relaxed);
-    let before = inner.gets_at_last_merge.swap(gets, Ordering::Relaxed);
     let reads_recent = {
-        let mut seen = inner.reads_seen_at_merge.lock();
-        if gets != before {
-            *seen = Some(Instant::now());
+        let mut seen = inner.reads_at_merge.lock();
+        if gets != seen.0 {
+            *seen = (gets, Some(Instant::now()));
         }
-        seen.is_some_and(|t| t.elapsed() < READS_RECENT)
+        seen.1.is_some_and(|t| t.elapsed() < READS_RECENT)
     };
     if let Some(run) = output.filter(|_| inner.opts.warm_index_cache && reads_recent) {
         let mut request = inner.warm_request.lock();

@@ -154,12 +154,7 @@ impl Inner {
         }
         // Heads not cached: read each with the part's pages where the rotated layout
         // puts them (one round trip), then verify and cache the head.
-        let waiting = parts.len();
         self.read_cold_parts(coll, reqs, &heads, out, &mut parts)?;
-        let retried: Vec<usize> = parts[waiting..].iter().map(|p| p.slot).collect();
-        for c in heads.iter().filter(|c| !retried.contains(&c.slot)) {
-            out.done(c.slot);
-        }
         // The parts themselves: the pages holding each (an empty part reads nothing),
         // each part done when its last read has landed.
         let mut spans = Vec::with_capacity(parts.len());
@@ -209,9 +204,10 @@ impl Inner {
     /// Reads the parts `cold` of `reqs` together with their blocks' heads: each head's
     /// pages and, in the same submission, the pages that hold the part if the block is
     /// rotated (a read next to or inside the head's pages joins the head's read). Heads
-    /// are verified and cached; a part is checked against its page checksums and put in
-    /// `out`. A block whose head shows another layout (segment format 3) has its part
-    /// queued in `parts`, to be read with the head known.
+    /// are verified and cached; a part is checked against its page checksums, put in
+    /// `out` and marked done once all these reads have landed. A block whose head shows
+    /// another layout (segment format 3) has its part queued in `parts`, to be read with
+    /// the head known.
     fn read_cold_parts(
         &self,
         coll: CollId,
@@ -323,7 +319,9 @@ impl Inner {
         }
         for (c, head) in heads.into_iter().enumerate() {
             let head = head.expect("every head was read");
-            if !matched[c] {
+            if matched[c] {
+                out.done(cold[c].slot);
+            } else {
                 parts.push(Part {
                     slot: cold[c].slot,
                     seg: cold[c].seg.clone(),

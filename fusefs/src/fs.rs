@@ -724,13 +724,6 @@ impl ReadPlan {
         self.parts.iter().all(|p| matches!(p, ReadSource::Bytes(_)))
     }
 
-    /// Fetches the engine pieces (all in one engine read) and assembles the bytes.
-    pub fn execute(self, db: &basalt_engine::Db) -> Result<Vec<u8>, Errno> {
-        let mut r = Err(e(libc::EIO));
-        ReadPlan::execute_each(vec![(self, ())], db, |(), got| r = got.map(<[u8]>::to_vec));
-        r
-    }
-
     /// Executes many reads with one engine `multi_get_ranges_each` per collection (one
     /// io_uring submission for all their pieces; a piece of a large chunk reads only
     /// the pages that hold it) and hands each read's bytes to `done` with its tag as

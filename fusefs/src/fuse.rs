@@ -809,14 +809,6 @@ fn reply_read(reply: ReplyData, r: Result<&[u8], Errno>) {
     }
 }
 
-/// Answers READ from a read's own buffer, then keeps the buffer for the next read.
-fn send_read(r: Result<Vec<u8>, Errno>, reply: ReplyData) {
-    reply_read(reply, r.as_deref().map_err(|e| *e));
-    if let Ok(d) = r {
-        crate::fs::recycle_read_buffer(d);
-    }
-}
-
 fn reply_empty(reply: ReplyEmpty, r: Result<(), Errno>) {
     match r {
         Ok(()) => reply.ok(),
@@ -1090,7 +1082,9 @@ impl Filesystem for BasaltFs {
         };
         match plan {
             Err(e) => reply.error(ferr(e)),
-            Ok((p, db)) if p.in_memory() => send_read(p.execute(&db), reply),
+            Ok((p, db)) if p.in_memory() => {
+                ReadPlan::execute_each(vec![(p, reply)], &db, reply_read)
+            }
             Ok((p, _)) => self.shared.reads.run((p, reply)),
         }
     }

@@ -104,7 +104,7 @@ pub struct MountArgs {
     /// Mount options, comma-separated and repeatable (e.g. -o allow_other,ro).
     #[arg(short = 'o', value_name = "OPTIONS", value_delimiter = ',')]
     pub options: Vec<String>,
-    /// FUSE worker threads (0 = one per core).
+    /// FUSE worker threads (0 = one per core, at least two).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub threads: usize,
     /// Optional config file for engine settings ([engine] section); flags override it.

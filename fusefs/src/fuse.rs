@@ -37,6 +37,10 @@ pub struct FsOptions {
     /// Threads serving queued engine reads beside the FUSE workers, each in batches
     /// (`-o read_threads=N`).
     pub read_threads: usize,
+    /// FUSE worker threads serving this mount (`MountConfig::threads` resolved). With
+    /// one, a lone read is never served on it: while it waited for the device the
+    /// kernel's other queued requests would wait too.
+    pub workers: usize,
     /// Kernel readahead of the mount in KiB (`-o readahead_kb=N`); 0 leaves the
     /// kernel's default (128 KiB for a FUSE mount).
     pub readahead_kb: u32,
@@ -94,6 +98,7 @@ impl Shared {
             reads: {
                 ReadPool::new(
                     opts.read_threads,
+                    opts.workers > 1,
                     move |batch: Vec<(ReadPlan, ReplyData)>, done: &Finished<'_>| {
                         // Reads here sleep for their completions: a spinning reader
                         // takes the core the FUSE workers and the application need

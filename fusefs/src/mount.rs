@@ -26,7 +26,7 @@ pub const DEFAULT_READAHEAD_KB: u32 = 4096;
 #[derive(Clone, Default)]
 pub struct MountConfig {
     pub mountpoint: PathBuf,
-    /// FUSE worker threads; 0 = one per core.
+    /// FUSE worker threads; 0 = one per core (at least two).
     pub threads: usize,
     /// Let other users than the mounting one use the mount (needs root or
     /// `user_allow_other` in /etc/fuse.conf).
@@ -76,6 +76,7 @@ fn parse_options(cfg: &MountConfig) -> Result<(FsOptions, Vec<MountOption>), FsE
         max_write: 1 << 20,
         flush_interval: Duration::from_millis(1000),
         read_threads: DEFAULT_READ_THREADS,
+        workers: worker_threads(cfg.threads),
         readahead_kb: DEFAULT_READAHEAD_KB,
     };
     let mut m = vec![
@@ -251,7 +252,16 @@ pub fn mount_null(cfg: MountConfig) -> Result<MountHandle, FsError> {
 
 type SessionThread = JoinHandle<std::io::Result<()>>;
 
-/// Mounts `fs` and serves it on `cfg.threads` workers (one per core for 0), each
+/// FUSE worker threads for `MountConfig::threads`: for 0 one per core, but at least
+/// two, so that one keeps taking the kernel's requests while the other serves a read.
+fn worker_threads(configured: usize) -> usize {
+    match configured {
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get().max(2)),
+        n => n,
+    }
+}
+
+/// Mounts `fs` and serves it on `cfg.threads` workers (see [`worker_threads`]), each
 /// with its own cloned `/dev/fuse` fd, then sets the mount's readahead; `done` is
 /// marked when the session ends.
 fn start_session<F: Filesystem>(
@@ -261,10 +271,7 @@ fn start_session<F: Filesystem>(
     readahead_kb: u32,
     done: Arc<Done>,
 ) -> Result<(SessionUnmounter, SessionThread), FsError> {
-    let threads = match cfg.threads {
-        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
-        n => n,
-    };
+    let threads = worker_threads(cfg.threads);
     let mut config = Config::default();
     mopts.dedup();
     config.mount_options = mopts;
@@ -471,6 +478,8 @@ mod tests {
             (DEFAULT_READ_THREADS, 1 << 20, DEFAULT_READAHEAD_KB)
         );
         assert!(d.writeback_cache && d.readdirplus);
+        assert!(d.workers >= 2, "default workers: {}", d.workers);
+        assert_eq!(worker_threads(1), 1, "an explicit count is kept");
         let o = parse(
             "read_threads=8,max_write=65536,no_writeback_cache,attr_timeout=2.5,readahead_kb=512",
         )

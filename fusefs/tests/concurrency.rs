@@ -84,7 +84,8 @@ fn concurrent_processes_match_model() {
 /// Eight threads read a remounted file with O_DIRECT at once (4 and 8 KiB pieces at
 /// random 512-byte offsets: some across a chunk boundary, some in a hole, some past
 /// the end), so the read pool takes them in batches and answers each read as its own
-/// pages land. Every answer must hold exactly the file's bytes at that offset.
+/// pages land. Every answer must hold exactly the file's bytes at that offset, also
+/// on a mount with a single FUSE worker.
 #[test]
 fn concurrent_direct_reads_each_get_the_bytes_at_their_offset() {
     use basalt_fusefs::mount;
@@ -108,39 +109,46 @@ fn concurrent_direct_reads_each_get_the_bytes_at_their_offset() {
         drop(f);
         h.unmount().unwrap();
     }
-    // Remounted: the reads go to the device, not to the write cache.
-    let h = mount(open_db(&data), mount_config(&mp)).unwrap();
-    let path = mp.join("c/f");
-    std::thread::scope(|s| {
-        for t in 0..8u64 {
-            let (path, want) = (&path, &want);
-            s.spawn(move || {
-                let f = std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_DIRECT)
-                    .open(path)
-                    .unwrap();
-                let mut raw = vec![0u8; 3 * 4096];
-                let at = raw.as_ptr().align_offset(4096);
-                let buf = &mut raw[at..at + 8192];
-                let mut x = (t + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                for i in 0..300 {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let off = (x % (want.len() as u64 + 8192)) / 512 * 512;
-                    let len = if x & 1 == 0 { 4096 } else { 8192 };
-                    let n = f.read_at(&mut buf[..len], off).unwrap();
-                    let a = (off as usize).min(want.len());
-                    let z = (a + len).min(want.len());
-                    assert_bytes(
-                        &buf[..n],
-                        &want[a..z],
-                        &format!("thread {t} read {i}: {len} bytes at {off}"),
-                    );
-                }
-            });
-        }
-    });
-    h.unmount().unwrap();
+    // Remounted: the reads go to the device, not to the write cache. Once with the
+    // default workers, once with one (which queues every read to the pool).
+    for workers in [0, 1] {
+        let mut cfg = mount_config(&mp);
+        cfg.threads = workers;
+        let h = mount(open_db(&data), cfg).unwrap();
+        let path = mp.join("c/f");
+        std::thread::scope(|s| {
+            for t in 0..8u64 {
+                let (path, want) = (&path, &want);
+                s.spawn(move || {
+                    let f = std::fs::OpenOptions::new()
+                        .read(true)
+                        .custom_flags(libc::O_DIRECT)
+                        .open(path)
+                        .unwrap();
+                    let mut raw = vec![0u8; 3 * 4096];
+                    let at = raw.as_ptr().align_offset(4096);
+                    let buf = &mut raw[at..at + 8192];
+                    let mut x = (t + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    for i in 0..300 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let off = (x % (want.len() as u64 + 8192)) / 512 * 512;
+                        let len = if x & 1 == 0 { 4096 } else { 8192 };
+                        let n = f.read_at(&mut buf[..len], off).unwrap();
+                        let a = (off as usize).min(want.len());
+                        let z = (a + len).min(want.len());
+                        assert_bytes(
+                            &buf[..n],
+                            &want[a..z],
+                            &format!(
+                                "workers {workers}, thread {t} read {i}: {len} bytes at {off}"
+                            ),
+                        );
+                    }
+                });
+            }
+        });
+        h.unmount().unwrap();
+    }
 }

@@ -4,6 +4,7 @@
 
 use crate::codec::Reader;
 use crate::record::CollId;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Hash of a (collection, key) pair used by bloom filters.
 pub fn key_hash(coll: CollId, key: &[u8]) -> u64 {
@@ -25,8 +26,7 @@ impl Bloom {
     /// positives), so a run writer fills it as entries arrive instead of keeping
     /// every key's hash until the end.
     pub fn with_capacity(keys: usize, bits_per_key: usize) -> Bloom {
-        let nbits = ((keys * bits_per_key).max(1) as u64).next_multiple_of(LINE_BITS);
-        let k = ((bits_per_key as f64) * 0.69).round().clamp(1.0, 30.0) as u8;
+        let (nbits, k) = geometry(keys, bits_per_key);
         Bloom {
             bits: vec![0u64; (nbits / 64) as usize],
             nbits,
@@ -137,17 +137,81 @@ impl BloomBuilder {
 impl Bloom {
     /// Asks the CPU to fetch the cache line holding `h`'s bits.
     fn prefetch(&self, h: u64) {
-        let word = (line_of(h, self.nbits) * LINE_BITS / 64) as usize;
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is only a hint; it never faults or changes memory, and
-        // `word` is in bounds (`line_of` is below `nbits / LINE_BITS`) in any case.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(self.bits.as_ptr().add(word) as *const i8);
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = word;
+        prefetch_line(self.bits.as_ptr(), h, self.nbits);
     }
+}
+
+/// Asks the CPU to fetch the cache line holding `h`'s bits of a filter of `nbits`
+/// bits starting at `bits`.
+fn prefetch_line<W>(bits: *const W, h: u64, nbits: u64) {
+    let word = (line_of(h, nbits) * LINE_BITS / 64) as usize;
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint; it never faults or changes memory, and
+    // `word` is in bounds (`line_of` is below `nbits / LINE_BITS`) in any case.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(bits.add(word) as *const i8);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (bits, word);
+}
+
+/// A filter that threads add to while others read it (a memtable's): the layout of
+/// [`Bloom`] in atomic words. Its user sets a key's bits before readers may look for
+/// the key.
+pub struct SharedBloom {
+    bits: Box<[AtomicU64]>,
+    nbits: u64,
+    k: u8,
+}
+
+impl SharedBloom {
+    /// An empty filter sized as [`Bloom::with_capacity`].
+    pub fn with_capacity(keys: usize, bits_per_key: usize) -> SharedBloom {
+        let (nbits, k) = geometry(keys, bits_per_key);
+        SharedBloom {
+            bits: (0..nbits / 64).map(|_| AtomicU64::new(0)).collect(),
+            nbits,
+            k,
+        }
+    }
+
+    /// Asks the CPU to fetch the cache line holding `h`'s bits (to hide the miss of
+    /// an `insert` that follows later).
+    pub fn prefetch(&self, h: u64) {
+        prefetch_line(self.bits.as_ptr(), h, self.nbits);
+    }
+
+    /// Adds a key hash.
+    pub fn insert(&self, h: u64) {
+        for pos in probes(h, self.k, self.nbits) {
+            let (word, bit) = (&self.bits[(pos / 64) as usize], 1 << (pos % 64));
+            // A plain load first: most bits of a filling filter's line are set
+            // already, and a locked `or` costs more than a load.
+            if word.load(Ordering::Relaxed) & bit == 0 {
+                word.fetch_or(bit, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// False means absent from everything inserted before.
+    pub fn may_contain(&self, h: u64) -> bool {
+        probes(h, self.k, self.nbits).all(|pos| {
+            self.bits[(pos / 64) as usize].load(Ordering::Relaxed) & (1 << (pos % 64)) != 0
+        })
+    }
+
+    /// Memory used.
+    pub fn bytes(&self) -> usize {
+        self.bits.len() * 8
+    }
+}
+
+/// Size in bits (whole cache lines) and probes per key of a filter for `keys` keys.
+fn geometry(keys: usize, bits_per_key: usize) -> (u64, u8) {
+    let nbits = ((keys * bits_per_key).max(1) as u64).next_multiple_of(LINE_BITS);
+    let k = ((bits_per_key as f64) * 0.69).round().clamp(1.0, 30.0) as u8;
+    (nbits, k)
 }
 
 /// Bits in one block: a 64-byte cache line.
@@ -188,6 +252,26 @@ mod tests {
         b.encode(&mut enc);
         let d = Bloom::decode(&enc).unwrap();
         assert!(hs.iter().all(|&h| d.may_contain(h)));
+    }
+
+    #[test]
+    fn a_shared_filter_answers_as_the_plain_one_with_the_same_keys() {
+        let hs: Vec<u64> = (0..10_000u32)
+            .map(|i| key_hash(3, &i.to_be_bytes()))
+            .collect();
+        let plain = Bloom::build(&hs, 10);
+        let shared = SharedBloom::with_capacity(hs.len(), 10);
+        std::thread::scope(|s| {
+            for part in hs.chunks(2_500) {
+                let shared = &shared;
+                s.spawn(move || part.iter().for_each(|&h| shared.insert(h)));
+            }
+        });
+        assert_eq!(shared.bytes(), plain.bytes());
+        for i in 0..120_000u32 {
+            let h = key_hash(3, &i.to_be_bytes());
+            assert_eq!(shared.may_contain(h), plain.may_contain(h), "key {i}");
+        }
     }
 
     #[test]

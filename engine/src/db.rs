@@ -402,7 +402,12 @@ impl Db {
         let mut next_seqno = ckpt.last_seqno + 1;
         let mut catalog = ckpt.catalog.clone();
         let mut mem_id = 1;
-        let active = Arc::new(Memtable::new(mem_id, ckpt.replay_from));
+        // Replay fills one memtable with up to the whole write cache.
+        let active = Arc::new(Memtable::new(
+            mem_id,
+            ckpt.replay_from,
+            opts.write_cache_bytes(),
+        ));
         mem_id += 1;
         let mut replay_dead: Vec<DeadRecord> = Vec::new();
         for (i, &id) in live_segs.iter().enumerate() {
@@ -1240,7 +1245,7 @@ impl Inner {
             seg: w.seg.id,
             off: w.end(),
         };
-        let fresh = Arc::new(Memtable::new(id, start));
+        let fresh = Arc::new(Memtable::new(id, start, self.memtable_target()));
         {
             let mut v = self.version.write();
             let mut imm = vec![v.active.clone()];

@@ -139,9 +139,10 @@ pub fn write_checkpoint(inner: &Inner, meta: &MetaState) -> Result<()> {
 /// version that the tombstone still has to shadow. Called under `index_install`,
 /// which GC holds while it inserts copies, so no copy can slip in after the check.
 fn in_other_memtables(v: &Version, skip: &[u64], coll: CollId, key: &[u8]) -> bool {
+    let h = crate::bloom::key_hash(coll, key);
     v.memtables()
         .filter(|m| !skip.contains(&m.id))
-        .any(|m| m.get(coll, key, u64::MAX).is_some())
+        .any(|m| m.get(coll, key, h, u64::MAX).is_some())
 }
 
 /// Shadowed versions a merge collects before handing them to the garbage map.

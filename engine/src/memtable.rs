@@ -1,7 +1,9 @@
 //! The write cache in front of the on-disk index: a concurrent skip list holding
 //! every version written since the last flush, so snapshots read at their seqno
-//! and readers never block writers.
+//! and readers never block writers. A bloom filter in front of it lets the gets of
+//! keys it does not hold (most of them, in a read-heavy phase) skip the skip list.
 
+use crate::bloom::{key_hash, SharedBloom};
 use crate::checkpoint::LogPos;
 use crate::entry::IndexEntry;
 use crate::kway::MergeOrder;
@@ -40,28 +42,48 @@ impl MemKey {
 /// (300,000 random 20-byte keys: 146 bytes of RSS per entry).
 const ENTRY_OVERHEAD: u64 = 128;
 
+/// Bloom bits per entry a memtable can hold (its capacity over [`ENTRY_OVERHEAD`]):
+/// 10 or more, about 1% false positives.
+const BLOOM_BITS_PER_ENTRY: usize = 10;
+
 /// One memtable. Immutable once rotated out; flushed to an index run.
 pub struct Memtable {
     pub id: u64,
     /// Log position from which this memtable's records were written.
     pub start: LogPos,
     map: SkipMap<MemKey, IndexEntry>,
+    /// Every (collection, key) inserted, by [`key_hash`].
+    bloom: SharedBloom,
+    /// Charged bytes: the filter, then each entry.
     bytes: AtomicU64,
 }
 
 impl Memtable {
-    pub fn new(id: u64, start: LogPos) -> Self {
+    /// An empty memtable whose filter is sized for `capacity` charged bytes (more
+    /// still work, with more false positives).
+    pub fn new(id: u64, start: LogPos, capacity: u64) -> Self {
+        let bloom =
+            SharedBloom::with_capacity((capacity / ENTRY_OVERHEAD) as usize, BLOOM_BITS_PER_ENTRY);
         Memtable {
             id,
             start,
             map: SkipMap::new(),
-            bytes: AtomicU64::new(0),
+            bytes: AtomicU64::new(bloom.bytes() as u64),
+            bloom,
         }
     }
 
     /// Inserts a version. Returns the entry it replaced with the same (key, seqno),
     /// which only happens for relocated copies.
+    ///
+    /// The key's filter bits are set after the skip-list insert (whose search hides
+    /// the fetch of their cache line) and before this returns: a get sees an entry
+    /// only once the commit has published its seqno, after its inserts returned.
+    /// (Relocated copies repeat a visible seqno; a get that misses one finds the
+    /// original, which GC keeps readable until its copies are installed.)
     pub fn insert(&self, coll: CollId, key: &[u8], e: IndexEntry) -> Option<IndexEntry> {
+        let h = key_hash(coll, key);
+        self.bloom.prefetch(h);
         let k = MemKey::new(coll, key, e.seqno);
         let prev = if e.reloc {
             self.map.get(&k).map(|x| *x.value())
@@ -73,6 +95,7 @@ impl Memtable {
                 .fetch_add(ENTRY_OVERHEAD + key.len() as u64, Ordering::Relaxed);
         }
         self.map.insert(k, e);
+        self.bloom.insert(h);
         prev
     }
 
@@ -89,8 +112,12 @@ impl Memtable {
         self.map.is_empty()
     }
 
-    /// Newest version of `key` with seqno ≤ `snap`.
-    pub fn get(&self, coll: CollId, key: &[u8], snap: Seqno) -> Option<IndexEntry> {
+    /// Newest version of `key` with seqno ≤ `snap`; `hash` is its [`key_hash`].
+    pub fn get(&self, coll: CollId, key: &[u8], hash: u64, snap: Seqno) -> Option<IndexEntry> {
+        // An empty table's length is one hot word; its filter line would be a miss.
+        if self.map.is_empty() || !self.bloom.may_contain(hash) {
+            return None;
+        }
         let lo = MemKey::new(coll, key, snap);
         let e = self.map.lower_bound(Bound::Included(&lo))?;
         (e.key().coll == coll && &*e.key().key == key).then(|| *e.value())
@@ -174,7 +201,7 @@ mod tests {
 
     #[test]
     fn for_each_key_visits_keys_in_order_with_all_versions_newest_first() {
-        let m = Memtable::new(1, LogPos { seg: 0, off: 0 });
+        let m = Memtable::new(1, LogPos { seg: 0, off: 0 }, 1 << 20);
         let e = |seqno| IndexEntry {
             seqno,
             kind: crate::record::Kind::Put,
@@ -204,6 +231,43 @@ mod tests {
             ]
         );
         assert_eq!(for_each_key_of(&[&m], |_, _, _| Err("stop")), Err("stop"));
+    }
+
+    #[test]
+    fn gets_find_every_key_beyond_the_filters_capacity_and_the_filter_skips_absent_ones() {
+        let h = |coll, key: &[u8]| key_hash(coll, key);
+        // Sized for 100 entries, filled with 3,000: more false positives, never a miss.
+        let small = Memtable::new(1, LogPos { seg: 0, off: 0 }, 100 * ENTRY_OVERHEAD);
+        let full = Memtable::new(2, LogPos { seg: 0, off: 0 }, 10_000 * ENTRY_OVERHEAD);
+        assert_eq!(
+            full.approx_bytes(),
+            full.bloom.bytes() as u64,
+            "the filter is charged"
+        );
+        for i in 0..3_000u32 {
+            small.insert(1, &i.to_be_bytes(), entry(i as u64 + 1, false));
+            full.insert(1, &i.to_be_bytes(), entry(i as u64 + 1, false));
+        }
+        for i in 0..3_000u32 {
+            let k = i.to_be_bytes();
+            for m in [&small, &full] {
+                let got = m.get(1, &k, h(1, &k), u64::MAX).map(|e| e.seqno);
+                assert_eq!(got, Some(i as u64 + 1), "key {i}");
+            }
+            // The same key in another collection is absent.
+            assert_eq!(full.get(2, &k, h(2, &k), u64::MAX), None);
+        }
+        let passed = (3_000..103_000u32)
+            .filter(|i| full.bloom.may_contain(h(1, &i.to_be_bytes())))
+            .count();
+        assert!(
+            passed < 1_000,
+            "{passed} of 100,000 absent keys passed the filter"
+        );
+        for i in 3_000..4_000u32 {
+            let k = i.to_be_bytes();
+            assert_eq!(small.get(1, &k, h(1, &k), u64::MAX), None);
+        }
     }
 
     /// `(coll, key, [(seqno, reloc)])` as `for_each_key_of` hands them out.
@@ -244,8 +308,8 @@ mod tests {
             copies in proptest::collection::vec(0usize..80, 0..10),
         ) {
             let tables: Vec<Memtable> =
-                (0..3).map(|i| Memtable::new(i, LogPos { seg: 0, off: 0 })).collect();
-            let union = Memtable::new(9, LogPos { seg: 0, off: 0 });
+                (0..3).map(|i| Memtable::new(i, LogPos { seg: 0, off: 0 }, 1 << 20)).collect();
+            let union = Memtable::new(9, LogPos { seg: 0, off: 0 }, 1 << 20);
             // Per key, ordered newest first and a copy before its original:
             // (seqno, not a copy, is a copy).
             type Versions = BTreeSet<(Reverse<u64>, bool, bool)>;

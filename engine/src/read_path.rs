@@ -50,8 +50,9 @@ impl Inner {
         snap: Seqno,
     ) -> Result<Option<IndexEntry>> {
         let mut found: Option<IndexEntry> = None;
+        let h = key_hash(coll, key);
         for mt in v.memtables() {
-            if let Some(e) = mt.get(coll, key, snap) {
+            if let Some(e) = mt.get(coll, key, h, snap) {
                 if found.is_none_or(|f| e.supersedes(&f)) {
                     found = Some(e);
                 }
@@ -60,7 +61,6 @@ impl Inner {
                 }
             }
         }
-        let h = key_hash(coll, key);
         for run in &v.runs {
             if let Some(e) = run.get(
                 coll,

@@ -365,21 +365,33 @@ pub fn decode_block_entries(block: &[u8]) -> Option<Vec<KeyedEntry>> {
 /// if the key sorts before the block. `Err(())` if the block is malformed.
 fn find_group(block: &[u8], l: &Layout<'_>, coll: CollId, key: &[u8]) -> Result<Option<usize>, ()> {
     let body = block.get(..l.entries_end).ok_or(())?;
-    let mut prev = Prev::default();
     let (mut lo, mut hi) = (0usize, l.nrestarts());
     while lo < hi {
         let mid = (lo + hi) / 2;
-        // The entry at a restart is coded from scratch: its key is whole.
-        let mut r = Reader::new(body.get(l.restart(mid)..).ok_or(())?);
-        prev.reset();
-        let (c, _) = prev.decode(&mut r).ok_or(())?;
-        if cmp_key(c, &prev.key, coll, key) == Ordering::Greater {
+        let (c, k) = restart_key(body, l.restart(mid)).ok_or(())?;
+        if cmp_key(c, k, coll, key) == Ordering::Greater {
             hi = mid;
         } else {
             lo = mid + 1;
         }
     }
     Ok(lo.checked_sub(1))
+}
+
+/// The (collection, key) of the entry at offset `off`, a restart, read in place: it is
+/// coded from scratch (nothing shared with a previous key, the collection present), so
+/// its key is its middle part, and nothing after the collection need be decoded.
+fn restart_key(body: &[u8], off: usize) -> Option<(CollId, &[u8])> {
+    let mut r = Reader::new(body.get(off..)?);
+    let (shared, rear) = (r.varint()?, r.varint()?);
+    let mid_len = r.varint()? as usize;
+    let key = r.bytes(mid_len)?;
+    let flags = r.u8()?;
+    let known = FLAG_TOMBSTONE | FLAG_SAME_LOC | FLAG_COLL | FLAG_RELOC;
+    if shared != 0 || rear != 0 || flags & FLAG_COLL == 0 || flags & !known != 0 {
+        return None;
+    }
+    Some((CollId::try_from(r.varint()?).ok()?, key))
 }
 
 /// Point lookup in a verified block: binary search over restarts, then a short scan.

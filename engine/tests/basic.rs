@@ -70,6 +70,89 @@ fn put_get_delete_survive_reopen_with_every_compression() {
     }
 }
 
+/// Every put that has returned is seen by every reader, while memtables fill, rotate
+/// and flush under two writers (each memtable's bloom filter must hold a key before a
+/// reader can be told the key was written). Readers also check keys of a collection
+/// nobody writes to stay absent.
+#[test]
+fn a_returned_put_is_seen_by_every_reader_while_memtables_rotate_and_flush() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    // The smallest budget: memtables of under 1 MiB, so they rotate every few
+    // thousand puts.
+    let db = Db::open(
+        dir.path(),
+        Options {
+            memory_budget: 8 << 20,
+            ..small_opts()
+        },
+    )
+    .unwrap();
+    let (c, other) = (
+        db.create_collection("c").unwrap(),
+        db.create_collection("other").unwrap(),
+    );
+    const PER_WRITER: u64 = 30_000;
+    let key = |w: u64, i: u64| format!("w{w}-{i:08}").into_bytes();
+    let written = [AtomicU64::new(0), AtomicU64::new(0)];
+    let stop = AtomicBool::new(false);
+    let flushes_before = db.stats().flushes;
+    let checked = std::thread::scope(|s| {
+        for w in 0..2u64 {
+            let (c, written) = (&c, &written);
+            s.spawn(move || {
+                for i in 0..PER_WRITER {
+                    c.put(&key(w, i), &i.to_le_bytes()).unwrap();
+                    written[w as usize].store(i + 1, Ordering::Release);
+                }
+            });
+        }
+        let readers: Vec<_> = (0..2u64)
+            .map(|r| {
+                let (c, other, written, stop) = (&c, &other, &written, &stop);
+                s.spawn(move || {
+                    let mut x = r + 1;
+                    let mut checked = 0u64;
+                    while !stop.load(Ordering::Acquire) {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let w = x % 2;
+                        let n = written[w as usize].load(Ordering::Acquire);
+                        if n == 0 {
+                            continue;
+                        }
+                        // The newest returned put half the time, else any before it.
+                        let i = if x & 1 == 0 { n - 1 } else { (x >> 8) % n };
+                        let got = c.get(&key(w, i)).unwrap();
+                        assert_eq!(
+                            got,
+                            Some(i.to_le_bytes().to_vec()),
+                            "writer {w} key {i} of {n}"
+                        );
+                        assert_eq!(other.get(&key(w, i)).unwrap(), None);
+                        checked += 1;
+                    }
+                    checked
+                })
+            })
+            .collect();
+        while written
+            .iter()
+            .any(|n| n.load(Ordering::Acquire) < PER_WRITER)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        stop.store(true, Ordering::Release);
+        readers.into_iter().map(|h| h.join().unwrap()).sum::<u64>()
+    });
+    assert!(checked > 1_000, "readers checked {checked} keys");
+    assert!(
+        db.stats().flushes >= flushes_before + 2,
+        "memtables rotated and flushed during the run"
+    );
+}
+
 #[test]
 fn scans_are_ordered_both_ways_and_respect_bounds_and_prefixes() {
     let dir = tempfile::tempdir().unwrap();

@@ -169,7 +169,8 @@ pub struct CheckArgs {
 pub struct GcArgs {
     #[command(flatten)]
     pub data: DataArg,
-    /// Collect until live data fills at least PCT % of the log (10-95; default: engine's 60).
+    /// Collect until live data fills at least PCT % of the log (10-95; default: the engine's
+    /// default target fill, which the output names).
     #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u8).range(10..=95))]
     pub target_fill: Option<u8>,
 }

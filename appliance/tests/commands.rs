@@ -56,6 +56,10 @@ fn stats_prints_text_and_json_and_refuses_a_missing_directory() {
     let text = stdout(&o);
     assert!(text.contains("collections      2 (bin, users)"), "{text}");
     assert!(text.contains("space-amp"), "{text}");
+    assert!(
+        text.contains("offline settings compression lz4 for new writes"),
+        "{text}"
+    );
     let o = basalt(&["stats", "--data", &dir_arg(d.path()), "--json"]);
     expect_code(&o, 0);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();

@@ -25,10 +25,13 @@ pub fn run(args: &StatsArgs, out: &mut dyn Write) -> Result<i32> {
         db.list_collections().join(", ")
     )?;
     writeln!(out, "last seqno       {}", s.last_seqno)?;
+    writeln!(out, "io               {:?} ({})", s.io_mode, s.io_backend)?;
+    // Settings, not properties of the data: blocks keep the compression they were
+    // written with, and `basalt up` uses its config's.
     writeln!(
         out,
-        "io               {:?} ({}), compression {}",
-        s.io_mode, s.io_backend, s.compression
+        "offline settings compression {} for new writes, GC target fill {}%",
+        s.compression, s.target_fill_pct
     )?;
     writeln!(out, "live data        {}", mib(s.live_bytes))?;
     writeln!(
@@ -41,10 +44,9 @@ pub fn run(args: &StatsArgs, out: &mut dyn Write) -> Result<i32> {
     )?;
     writeln!(
         out,
-        "segments         {} ({} sealed); GC target fill {}%",
+        "segments         {} ({} sealed)",
         s.segments.len(),
-        sealed,
-        s.target_fill_pct
+        sealed
     )?;
     writeln!(
         out,

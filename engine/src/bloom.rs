@@ -137,23 +137,23 @@ impl BloomBuilder {
 impl Bloom {
     /// Asks the CPU to fetch the cache line holding `h`'s bits.
     fn prefetch(&self, h: u64) {
-        prefetch_line(self.bits.as_ptr(), h, self.nbits);
+        prefetch_line(self.bits.as_ptr().cast(), h, self.nbits);
     }
 }
 
 /// Asks the CPU to fetch the cache line holding `h`'s bits of a filter of `nbits`
-/// bits starting at `bits`.
-fn prefetch_line<W>(bits: *const W, h: u64, nbits: u64) {
-    let word = (line_of(h, nbits) * LINE_BITS / 64) as usize;
+/// bits whose first byte is at `bits`.
+fn prefetch_line(bits: *const u8, h: u64, nbits: u64) {
+    let byte = (line_of(h, nbits) * LINE_BITS / 8) as usize;
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is only a hint; it never faults or changes memory, and
-    // `word` is in bounds (`line_of` is below `nbits / LINE_BITS`) in any case.
+    // `byte` is in bounds (`line_of` is below `nbits / LINE_BITS`) in any case.
     unsafe {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>(bits.add(word) as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(bits.add(byte) as *const i8);
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (bits, word);
+    let _ = (bits, byte);
 }
 
 /// A filter that threads add to while others read it (a memtable's): the layout of
@@ -179,7 +179,7 @@ impl SharedBloom {
     /// Asks the CPU to fetch the cache line holding `h`'s bits (to hide the miss of
     /// an `insert` that follows later).
     pub fn prefetch(&self, h: u64) {
-        prefetch_line(self.bits.as_ptr(), h, self.nbits);
+        prefetch_line(self.bits.as_ptr().cast(), h, self.nbits);
     }
 
     /// Adds a key hash.

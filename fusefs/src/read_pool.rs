@@ -6,11 +6,11 @@
 //! and the mount has other workers: at queue depth 1 a hand-off would only add a
 //! wake-up to the latency, and another worker keeps taking the kernel's requests
 //! meanwhile. With a single worker every read is queued: served on it, fio's reads at
-//! iodepth 16 went to the device one at a time (3-5k IOPS instead of 16-18k on this
+//! iodepth 16 went to the device one at a time (about 5k IOPS instead of 14-18k on this
 //! project's VM). Otherwise a read is queued and the worker returns to `/dev/fuse` at
-//! once. A pool thread takes everything
-//! queued (up to [`MAX_BATCH`]) and hands it to the work function as one batch, which
-//! the filesystem turns into one engine `multi_get` (one io_uring submission).
+//! once. A pool thread takes everything queued (up to [`MAX_BATCH`]) and hands it to
+//! the work function as one batch, which the filesystem turns into one engine
+//! `multi_get` (one io_uring submission).
 //!
 //! The work function replies to each read as soon as its bytes are there, not after
 //! the batch: a reply lets the application send its next read, which another pool

@@ -71,6 +71,15 @@ pub struct DataArg {
     pub data: PathBuf,
 }
 
+/// The engine settings of the offline commands that write or report them.
+#[derive(Debug, Clone, Args)]
+pub struct EngineConfigArg {
+    /// Config file whose [engine] section to use (as `basalt up --config` does), so that
+    /// what this command writes or collects follows it; without it, engine defaults.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct UpArgs {
     /// Data directory, created when missing [default: ./basalt-data].
@@ -151,6 +160,8 @@ pub struct BenchArgs {
 pub struct StatsArgs {
     #[command(flatten)]
     pub data: DataArg,
+    #[command(flatten)]
+    pub engine: EngineConfigArg,
     /// Print the full statistics as JSON.
     #[arg(long)]
     pub json: bool,
@@ -169,8 +180,10 @@ pub struct CheckArgs {
 pub struct GcArgs {
     #[command(flatten)]
     pub data: DataArg,
-    /// Collect until live data fills at least PCT % of the log (10-95; default: the engine's
-    /// default target fill, which the output names).
+    #[command(flatten)]
+    pub engine: EngineConfigArg,
+    /// Collect until live data fills at least PCT % of the log (10-95; default: the
+    /// config's, else the engine's default; the output names it).
     #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u8).range(10..=95))]
     pub target_fill: Option<u8>,
 }
@@ -242,6 +255,8 @@ pub struct DumpArgs {
 pub struct LoadArgs {
     #[command(flatten)]
     pub data: DataArg,
+    #[command(flatten)]
+    pub engine: EngineConfigArg,
     /// Input file written by `basalt dump` (default: stdin).
     #[arg(value_name = "FILE")]
     pub input: Option<PathBuf>,

@@ -1,5 +1,6 @@
 //! Opening a data directory for a command, with errors a user can act on.
 
+use crate::cli::EngineConfigArg;
 use anyhow::{anyhow, bail, Result};
 use basalt_engine::{Db, Error, Options};
 use std::os::fd::AsRawFd;
@@ -7,10 +8,23 @@ use std::path::Path;
 
 /// Options of the offline commands: defaults, no background GC, never creating the directory.
 pub fn offline_options() -> Options {
+    offline(Options::default())
+}
+
+/// [`offline_options`] with the settings of `--config`'s [engine] section, if given.
+pub fn configured_offline_options(arg: &EngineConfigArg) -> Result<Options> {
+    Ok(match &arg.config {
+        Some(p) => offline(crate::config::Config::load(p)?.engine.options()),
+        None => offline_options(),
+    })
+}
+
+/// `base` for an offline command: no background GC, never creating the directory.
+fn offline(base: Options) -> Options {
     Options {
         background_gc: false,
         create_if_missing: false,
-        ..Options::default()
+        ..base
     }
 }
 

@@ -346,6 +346,94 @@ fn dump_and_load_round_trip_every_collection() {
     expect_code(&o, 1);
 }
 
+/// Compression bytes (block header byte 9: 0 none, 1 lz4, 2 zstd) of every block in
+/// the segments of `dir`, found by the block magic "BLK1".
+fn block_compressions(dir: &Path) -> std::collections::BTreeSet<u8> {
+    let mut seen = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.file_name().unwrap().to_str().unwrap().starts_with("seg-") {
+            let b = std::fs::read(&p).unwrap();
+            for (i, w) in b.windows(4).enumerate() {
+                if w == 0x314B_4C42u32.to_le_bytes() && i + 10 <= b.len() {
+                    seen.insert(b[i + 9]);
+                }
+            }
+        }
+    }
+    seen
+}
+
+#[test]
+fn load_gc_and_stats_follow_the_engine_section_of_config() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    populate(&src);
+    let file = d.path().join("all.jsonl");
+    expect_code(
+        &basalt(&["dump", "--data", &dir_arg(&src), "-o", &dir_arg(&file)]),
+        0,
+    );
+    let cfg = d.path().join("basalt.toml");
+    std::fs::write(
+        &cfg,
+        "[engine]\ncompression = \"zstd\"\ntarget_fill_pct = 80\n",
+    )
+    .unwrap();
+    let (plain, zstd) = (d.path().join("plain"), d.path().join("zstd"));
+    for (dst, extra) in [
+        (&plain, vec![]),
+        (&zstd, vec!["--config", cfg.to_str().unwrap()]),
+    ] {
+        let mut args = vec!["load", "--data", dst.to_str().unwrap()];
+        args.extend(extra);
+        args.push(file.to_str().unwrap());
+        expect_code(&basalt(&args), 0);
+    }
+    // Blocks that do not compress (the binary collection) are stored raw (0) in both.
+    let (p, z) = (block_compressions(&plain), block_compressions(&zstd));
+    assert!(p.contains(&1) && !p.contains(&2), "lz4 by default: {p:?}");
+    assert!(
+        z.contains(&2) && !z.contains(&1),
+        "zstd from the config: {z:?}"
+    );
+
+    // `basalt SUB --data ZSTD --config CONFIG EXTRA...`
+    let run = |sub: &str, config: &Path, extra: &[&str]| {
+        let (data, config) = (dir_arg(&zstd), dir_arg(config));
+        let mut args = vec![sub, "--data", &data, "--config", &config];
+        args.extend(extra);
+        basalt(&args)
+    };
+    let o = run("stats", &cfg, &[]);
+    expect_code(&o, 0);
+    let text = stdout(&o);
+    assert!(
+        text.contains("compression zstd(3) for new writes, GC target fill 80%"),
+        "{text}"
+    );
+    let o = run("gc", &cfg, &[]);
+    expect_code(&o, 0);
+    assert!(
+        stdout(&o).starts_with("gc at target fill 80%"),
+        "{}",
+        stdout(&o)
+    );
+    // The flag still wins over the file.
+    let o = run("gc", &cfg, &["--target-fill", "70"]);
+    assert!(
+        stdout(&o).starts_with("gc at target fill 70%"),
+        "{}",
+        stdout(&o)
+    );
+    // A config that does not parse is refused, naming the file.
+    let bad = d.path().join("bad.toml");
+    std::fs::write(&bad, "[engine]\ncompression = \"snappy\"\n").unwrap();
+    let o = run("stats", &bad, &[]);
+    expect_code(&o, 1);
+    assert!(stderr(&o).contains("bad.toml"), "{}", stderr(&o));
+}
+
 #[test]
 fn load_refuses_malformed_and_truncated_dumps_naming_the_line() {
     let d = tempfile::tempdir().unwrap();

@@ -10,7 +10,10 @@ fn mib(b: u64) -> String {
 }
 
 pub fn run(args: &StatsArgs, out: &mut dyn Write) -> Result<i32> {
-    let db = store::open(&args.data.data, store::offline_options())?;
+    let db = store::open(
+        &args.data.data,
+        store::configured_offline_options(&args.engine)?,
+    )?;
     let s = db.stats();
     if args.json {
         writeln!(out, "{}", s.to_json())?;

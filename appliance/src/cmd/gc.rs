@@ -1,4 +1,4 @@
-//! `basalt gc --data DIR [--target-fill PCT]`: garbage collection now.
+//! `basalt gc --data DIR [--config FILE] [--target-fill PCT]`: garbage collection now.
 
 use crate::cli::GcArgs;
 use crate::store;

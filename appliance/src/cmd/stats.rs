@@ -1,4 +1,4 @@
-//! `basalt stats --data DIR [--json]`
+//! `basalt stats --data DIR [--config FILE] [--json]`
 
 use crate::cli::StatsArgs;
 use crate::store;

@@ -1,8 +1,11 @@
 //! End-to-end behaviour of the engine API on a real data directory.
 
+mod common;
+
 use basalt_engine::{
     Compression, Db, Direction, Durability, Error, Options, WriteBatch, MAX_KEY_LEN, MAX_VALUE_LEN,
 };
+use common::Rng;
 use std::ops::Bound;
 
 fn small_opts() -> Options {
@@ -111,12 +114,12 @@ fn a_returned_put_is_seen_by_every_reader_while_memtables_rotate_and_flush() {
             .map(|r| {
                 let (c, other, written, stop) = (&c, &other, &written, &stop);
                 s.spawn(move || {
-                    let mut x = r + 1;
+                    let mut rng = Rng(r + 1);
                     let mut checked = 0u64;
-                    while !stop.load(Ordering::Acquire) {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
+                    // Until the writers are done, and at least 1,000 checks each (a
+                    // fast machine writes everything in a fraction of a second).
+                    while !stop.load(Ordering::Acquire) || checked < 1_000 {
+                        let x = rng.next();
                         let w = x % 2;
                         let n = written[w as usize].load(Ordering::Acquire);
                         if n == 0 {

@@ -20,7 +20,7 @@
 mod common;
 
 use basalt_engine::{Db, Direction, IoBackend};
-use common::read_test_options;
+use common::{read_test_options, Rng};
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::Path;
@@ -42,15 +42,8 @@ fn doc_value(i: u64, v: u64) -> Vec<u8> {
 /// Value of file chunk `i`, as the fixture's writer made it.
 fn file_value(i: u64) -> Vec<u8> {
     let len = 17_000 + i as usize * 5_003;
-    let mut x = (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 32) as u8
-        })
-        .collect()
+    let mut r = Rng((i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    (0..len).map(|_| (r.next() >> 32) as u8).collect()
 }
 
 /// What the fixture holds: collection → key → value.

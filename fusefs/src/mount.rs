@@ -203,14 +203,15 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
         }
     } as u64;
     let state = build_state(db, chunk_size)?;
-    let (flush_interval, readahead_kb) = (opts.flush_interval, opts.readahead_kb);
+    let (flush_interval, readahead_kb, workers) =
+        (opts.flush_interval, opts.readahead_kb, opts.workers);
     let health: Option<HealthFn> = cfg.health.clone();
     let shared = Arc::new(Shared::new(state, opts, health));
     let fs = BasaltFs {
         shared: shared.clone(),
     };
     let done = shared.done.clone();
-    let (unmounter, session) = start_session(fs, &cfg, mopts, readahead_kb, done.clone())?;
+    let (unmounter, session) = start_session(fs, &cfg, mopts, workers, readahead_kb, done.clone())?;
     let fl_shared = shared.clone();
     let flusher = std::thread::Builder::new()
         .name("basalt-flush".into())
@@ -236,10 +237,10 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
 pub fn mount_null(cfg: MountConfig) -> Result<MountHandle, FsError> {
     let (opts, mut mopts) = parse_options(&cfg)?;
     mopts[0] = MountOption::FSName("basalt-null".into());
-    let readahead_kb = opts.readahead_kb;
+    let (readahead_kb, workers) = (opts.readahead_kb, opts.workers);
     let fs = crate::nullfs::NullFs::new(opts);
     let done = fs.done.clone();
-    let (unmounter, session) = start_session(fs, &cfg, mopts, readahead_kb, done.clone())?;
+    let (unmounter, session) = start_session(fs, &cfg, mopts, workers, readahead_kb, done.clone())?;
     Ok(MountHandle {
         mountpoint: cfg.mountpoint,
         shared: None,
@@ -261,17 +262,17 @@ fn worker_threads(configured: usize) -> usize {
     }
 }
 
-/// Mounts `fs` and serves it on `cfg.threads` workers (see [`worker_threads`]), each
+/// Mounts `fs` and serves it on `threads` workers (`FsOptions::workers`), each
 /// with its own cloned `/dev/fuse` fd, then sets the mount's readahead; `done` is
 /// marked when the session ends.
 fn start_session<F: Filesystem>(
     fs: F,
     cfg: &MountConfig,
     mut mopts: Vec<MountOption>,
+    threads: usize,
     readahead_kb: u32,
     done: Arc<Done>,
 ) -> Result<(SessionUnmounter, SessionThread), FsError> {
-    let threads = worker_threads(cfg.threads);
     let mut config = Config::default();
     mopts.dedup();
     config.mount_options = mopts;

@@ -136,7 +136,7 @@ impl BloomBuilder {
 
 impl Bloom {
     /// Asks the CPU to fetch the cache line holding `h`'s bits.
-    fn prefetch(&self, h: u64) {
+    pub fn prefetch(&self, h: u64) {
         prefetch_line(self.bits.as_ptr().cast(), h, self.nbits);
     }
 }
@@ -145,15 +145,7 @@ impl Bloom {
 /// bits whose first byte is at `bits`.
 fn prefetch_line(bits: *const u8, h: u64, nbits: u64) {
     let byte = (line_of(h, nbits) * LINE_BITS / 8) as usize;
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is only a hint; it never faults or changes memory, and
-    // `byte` is in bounds (`line_of` is below `nbits / LINE_BITS`) in any case.
-    unsafe {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>(bits.add(byte) as *const i8);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (bits, byte);
+    crate::prefetch::prefetch(bits.wrapping_add(byte));
 }
 
 /// A filter that threads add to while others read it (a memtable's): the layout of

@@ -378,6 +378,23 @@ fn find_group(block: &[u8], l: &Layout<'_>, coll: CollId, key: &[u8]) -> Result<
     Ok(lo.checked_sub(1))
 }
 
+/// Asks the CPU to fetch the parts of a cached block (its used bytes) that a
+/// lookup touches first: the header, the restart offsets at the end and the middle,
+/// where the binary search over restarts starts.
+pub fn prefetch_search(block: &[u8]) {
+    let p = block.as_ptr();
+    let n = block.len();
+    for at in [
+        0,
+        n / 2,
+        n.saturating_sub(1),
+        n.saturating_sub(64),
+        n.saturating_sub(128),
+    ] {
+        crate::prefetch::prefetch(p.wrapping_add(at));
+    }
+}
+
 /// The (collection, key) of the entry at offset `off`, a restart, read in place: it is
 /// coded from scratch (nothing shared with a previous key, the collection present), so
 /// its key is its middle part, and nothing after the collection need be decoded.
@@ -399,9 +416,98 @@ fn restart_key(body: &[u8], off: usize) -> Option<(CollId, &[u8])> {
 #[allow(clippy::result_unit_err)]
 pub fn block_get(block: &[u8], coll: CollId, key: &[u8]) -> Result<Option<IndexEntry>, ()> {
     let l = Layout::parse(block).ok_or(())?;
-    let Some(start) = find_group(block, &l, coll, key)? else {
-        return Ok(None);
+    match find_group(block, &l, coll, key)? {
+        Some(start) => scan_group(block, &l, start, coll, key),
+        None => Ok(None),
+    }
+}
+
+/// [`block_get`] of each `(block, key)` of `lookups`, answered through
+/// `found(j, answer)`. The binary searches over restarts advance in step, one probe
+/// of every block per round with the next round's restart key prefetched, so the
+/// blocks' cache misses overlap instead of stalling one after another.
+pub fn block_get_many(
+    lookups: &[(&[u8], &[u8])],
+    coll: CollId,
+    mut found: impl FnMut(usize, Result<Option<IndexEntry>, ()>),
+) {
+    /// One block's search: its layout and the open interval of restarts.
+    struct Search<'a> {
+        l: Layout<'a>,
+        lo: usize,
+        hi: usize,
+    }
+    let mut searches: Vec<Option<Search<'_>>> = lookups
+        .iter()
+        .map(|&(block, _)| {
+            let l = Layout::parse(block)?;
+            let hi = l.nrestarts();
+            let s = Search { l, lo: 0, hi };
+            prefetch_probe(block, &s.l, s.lo, s.hi);
+            Some(s)
+        })
+        .collect();
+    let mut open = true;
+    while open {
+        open = false;
+        for (s, &(block, key)) in searches.iter_mut().zip(lookups) {
+            let Some(st) = s else { continue };
+            if st.lo >= st.hi {
+                continue;
+            }
+            let mid = (st.lo + st.hi) / 2;
+            let Some((c, k)) = block
+                .get(..st.l.entries_end)
+                .and_then(|body| restart_key(body, st.l.restart(mid)))
+            else {
+                *s = None;
+                continue;
+            };
+            if cmp_key(c, k, coll, key) == Ordering::Greater {
+                st.hi = mid;
+            } else {
+                st.lo = mid + 1;
+            }
+            prefetch_probe(block, &st.l, st.lo, st.hi);
+            open |= st.lo < st.hi;
+        }
+    }
+    for (j, (s, &(block, key))) in searches.iter().zip(lookups).enumerate() {
+        found(
+            j,
+            match s {
+                None => Err(()),
+                Some(st) => match st.lo.checked_sub(1) {
+                    Some(start) => scan_group(block, &st.l, start, coll, key),
+                    None => Ok(None),
+                },
+            },
+        );
+    }
+}
+
+/// Prefetches the restart key a search over restarts `lo..hi` compares next (the
+/// start of the group it will scan once the interval is empty).
+fn prefetch_probe(block: &[u8], l: &Layout<'_>, lo: usize, hi: usize) {
+    let at = if lo < hi {
+        (lo + hi) / 2
+    } else {
+        match lo.checked_sub(1) {
+            Some(g) => g,
+            None => return,
+        }
     };
+    crate::prefetch::prefetch(block.as_ptr().wrapping_add(l.restart(at)));
+}
+
+/// The entry for (coll, key) in restart group `start` of a block, if there.
+fn scan_group(
+    block: &[u8],
+    l: &Layout<'_>,
+    start: usize,
+    coll: CollId,
+    key: &[u8],
+) -> Result<Option<IndexEntry>, ()> {
     let body = block.get(..l.entries_end).ok_or(())?;
     let mut r = Reader::new(body.get(l.restart(start)..).ok_or(())?);
     let mut prev = Prev::default();
@@ -607,6 +713,11 @@ mod tests {
         keys
     }
 
+    /// The keys of `keys` as probes (any collection byte: the caller picks one).
+    fn raw_keys(keys: &[(CollId, Vec<u8>)]) -> Vec<(u8, Vec<u8>)> {
+        keys.iter().map(|(c, k)| (*c as u8, k.clone())).collect()
+    }
+
     proptest! {
         #[test]
         fn blocks_roundtrip_and_lookups_find_exactly_the_stored_keys(
@@ -624,11 +735,27 @@ mod tests {
                 prop_assert_eq!(*e, entry(i as u64));
                 prop_assert_eq!(block_get(&block, *ec, ek).unwrap(), Some(*e));
             }
-            for (c, k) in probes {
-                let c = c as CollId % 3;
-                let want = keys.iter().position(|(kc, kk)| *kc == c && *kk == k);
-                let got = block_get(&block, c, &k).unwrap();
+            for (c, k) in &probes {
+                let c = *c as CollId % 3;
+                let want = keys.iter().position(|(kc, kk)| *kc == c && kk == k);
+                let got = block_get(&block, c, k).unwrap();
                 prop_assert_eq!(got, want.map(|i| entry(i as u64)));
+            }
+            // Searched in step: every probe in this block and in one of its first half,
+            // answered as block_get answers each.
+            let half = build(&keys[..keys.len().div_ceil(2)]);
+            let stored = raw_keys(&keys);
+            for coll in 0..3 {
+                let lookups: Vec<(&[u8], &[u8])> = probes
+                    .iter()
+                    .chain(&stored)
+                    .flat_map(|(_, k)| [(&block[..], &k[..]), (&half[..], &k[..])])
+                    .collect();
+                let mut answers = vec![None; lookups.len()];
+                block_get_many(&lookups, coll, |j, a| answers[j] = Some(a));
+                for (j, (b, k)) in lookups.iter().enumerate() {
+                    prop_assert_eq!(answers[j], Some(block_get(b, coll, k)), "probe {}", j);
+                }
             }
         }
 
@@ -636,7 +763,10 @@ mod tests {
         fn decoders_survive_arbitrary_bytes(b in proptest::collection::vec(any::<u8>(), 0..600), k in proptest::collection::vec(any::<u8>(), 0..8)) {
             let _ = verify_block(&b);
             let _ = decode_block_entries(&b);
-            let _ = block_get(&b, 1, &k);
+            let one = block_get(&b, 1, &k);
+            let mut many = None;
+            block_get_many(&[(&b, &k)], 1, |_, a| many = Some(a));
+            prop_assert_eq!(many, Some(one));
         }
 
         #[test]

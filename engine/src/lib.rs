@@ -46,6 +46,7 @@ mod memtable;
 mod options;
 mod paged;
 mod partial_read;
+mod prefetch;
 mod read_path;
 mod record;
 mod recovery;

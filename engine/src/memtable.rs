@@ -112,6 +112,14 @@ impl Memtable {
         self.map.is_empty()
     }
 
+    /// Asks the CPU to fetch the filter line a `get` of the key hashed `hash` reads
+    /// (nothing for an empty table, whose `get` reads no filter).
+    pub fn prefetch(&self, hash: u64) {
+        if !self.map.is_empty() {
+            self.bloom.prefetch(hash);
+        }
+    }
+
     /// Newest version of `key` with seqno ≤ `snap`; `hash` is its [`key_hash`].
     pub fn get(&self, coll: CollId, key: &[u8], hash: u64, snap: Seqno) -> Option<IndexEntry> {
         // An empty table's length is one hot word; its filter line would be a miss.

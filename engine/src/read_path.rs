@@ -8,6 +8,7 @@ use crate::data_block::DataBlock;
 use crate::db::{Inner, Version};
 use crate::entry::{IndexEntry, Location};
 use crate::error::{Error, Result};
+use crate::index_run::Probe;
 use crate::options::IoBackend;
 use crate::record::{CollId, RecordRef, Seqno};
 use crate::segment::{segment_path, SegId};
@@ -18,6 +19,10 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+/// Keys a `multi_get` resolves through the index together before queueing their
+/// reads.
+const LOOKUP_CHUNK: usize = 4;
 
 /// `(slot, key, seqno)` of a record wanted from a block.
 type Item<'k> = (usize, &'k [u8], Seqno);
@@ -49,17 +54,10 @@ impl Inner {
         key: &[u8],
         snap: Seqno,
     ) -> Result<Option<IndexEntry>> {
-        let mut found: Option<IndexEntry> = None;
         let h = key_hash(coll, key);
-        for mt in v.memtables() {
-            if let Some(e) = mt.get(coll, key, h, snap) {
-                if found.is_none_or(|f| e.supersedes(&f)) {
-                    found = Some(e);
-                }
-                if !found.expect("set").reloc {
-                    return Ok(found);
-                }
-            }
+        let (mut found, done) = lookup_memtables(v, coll, key, h, snap);
+        if done {
+            return Ok(found);
         }
         for run in &v.runs {
             if let Some(e) = run.get(
@@ -69,12 +67,60 @@ impl Inner {
                 &self.stats.device_reads,
                 &self.stats.get_bytes_read,
             )? {
-                if e.seqno <= snap && found.is_none_or(|f| e.supersedes(&f)) {
-                    found = Some(e);
-                }
-                if found.is_some_and(|f| !f.reloc) {
+                if take_run_entry(&mut found, e, snap) {
                     break;
                 }
+            }
+        }
+        Ok(found)
+    }
+
+    /// [`Inner::lookup`] of each key of a batch (same answers, in the order of
+    /// `keys`), each run searched for all keys still open at once
+    /// ([`crate::index_run::Run::get_many`]) so that their memory stalls overlap.
+    pub(crate) fn lookup_many(
+        &self,
+        v: &Version,
+        coll: CollId,
+        keys: &[&[u8]],
+        snap: Seqno,
+    ) -> Result<Vec<Option<IndexEntry>>> {
+        let hashes: Vec<u64> = keys.iter().map(|k| key_hash(coll, k)).collect();
+        for mt in v.memtables() {
+            for &h in &hashes {
+                mt.prefetch(h);
+            }
+        }
+        let mut found = Vec::with_capacity(keys.len());
+        // Positions of the keys the runs must still be asked about.
+        let mut open = Vec::with_capacity(keys.len());
+        for (j, (key, &h)) in keys.iter().zip(&hashes).enumerate() {
+            let (f, done) = lookup_memtables(v, coll, key, h, snap);
+            found.push(f);
+            if !done {
+                open.push(j);
+            }
+        }
+        let mut probes = Vec::with_capacity(open.len());
+        for run in &v.runs {
+            if open.is_empty() {
+                break;
+            }
+            probes.clear();
+            probes.extend(open.iter().map(|&j| Probe {
+                key: keys[j],
+                hash: hashes[j],
+            }));
+            let mut closed = false;
+            run.get_many(
+                coll,
+                &probes,
+                &self.stats.device_reads,
+                &self.stats.get_bytes_read,
+                |p, e| closed |= take_run_entry(&mut found[open[p]], e, snap),
+            )?;
+            if closed {
+                open.retain(|&j| found[j].is_none_or(|f| f.reloc));
             }
         }
         Ok(found)
@@ -273,14 +319,23 @@ impl Inner {
             .gets
             .fetch_add(keys.len() as u64, Ordering::Relaxed);
         self.stats.multi_get_batches.fetch_add(1, Ordering::Relaxed);
-        let items =
-            keys.iter()
-                .enumerate()
-                .filter_map(|(i, key)| match self.lookup(&v, coll, key, snap) {
-                    Ok(Some(e)) if !e.is_tombstone() => Some(Ok((i, *key, e))),
-                    Ok(_) => None,
-                    Err(err) => Some(Err(err)),
-                });
+        // Keys are resolved a chunk at a time: enough for their memory stalls to
+        // overlap, few enough that the first reads are queued early.
+        let items = keys
+            .chunks(LOOKUP_CHUNK)
+            .enumerate()
+            .flat_map(|(c, chunk)| match self.lookup_many(&v, coll, chunk, snap) {
+                Ok(found) => found
+                    .into_iter()
+                    .enumerate()
+                    .filter_map(|(j, e)| {
+                        let e = e.filter(|e| !e.is_tombstone())?;
+                        let i = c * LOOKUP_CHUNK + j;
+                        Some(Ok((i, keys[i], e)))
+                    })
+                    .collect::<Vec<_>>(),
+                Err(err) => vec![Err(err)],
+            });
         let mut f = self.fetch_values(coll, keys.len(), items, None)?;
         for i in f.retired {
             f.values[i] = self.get_at(coll, keys[i], snap, None)?;
@@ -410,6 +465,39 @@ impl Inner {
         w.block = Some(block);
         Ok(())
     }
+}
+
+/// The write caches' part of an index lookup: the newest version of `key` they hold
+/// visible at `snap`, and whether it settles the lookup (a version that is not a
+/// relocated copy: the runs hold only older ones).
+fn lookup_memtables(
+    v: &Version,
+    coll: CollId,
+    key: &[u8],
+    h: u64,
+    snap: Seqno,
+) -> (Option<IndexEntry>, bool) {
+    let mut found: Option<IndexEntry> = None;
+    for mt in v.memtables() {
+        if let Some(e) = mt.get(coll, key, h, snap) {
+            if found.is_none_or(|f| e.supersedes(&f)) {
+                found = Some(e);
+            }
+            if !found.expect("set").reloc {
+                return (found, true);
+            }
+        }
+    }
+    (found, false)
+}
+
+/// Takes a run's entry `e` for a key into the lookup's `found` if it is visible at
+/// `snap` and newer; true if the lookup is settled (older runs need not be asked).
+fn take_run_entry(found: &mut Option<IndexEntry>, e: IndexEntry, snap: Seqno) -> bool {
+    if e.seqno <= snap && found.is_none_or(|f| e.supersedes(&f)) {
+        *found = Some(e);
+    }
+    found.is_some_and(|f| !f.reloc)
 }
 
 /// Finds the record (coll, key, seqno) in a block payload and returns its value.

@@ -1,11 +1,13 @@
-//! A sharded CLOCK cache with a byte budget. Hits only set a reference bit
-//! inside one shard's lock (short critical section; no list reordering).
+//! A sharded CLOCK cache with a byte budget. A hit takes its shard's lock shared and
+//! only sets an atomic reference bit (no list reordering), so concurrent hits do not
+//! wait for each other; inserts and evictions take the shard exclusively. Hit and
+//! miss counts are kept per shard, so readers on different shards share no counter.
 
 use foldhash::fast::FixedState;
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 const SHARDS: usize = 16;
@@ -17,7 +19,7 @@ struct Slot<K, V> {
     key: K,
     val: Arc<V>,
     charge: usize,
-    referenced: bool,
+    referenced: AtomicBool,
 }
 
 struct Shard<K, V> {
@@ -35,7 +37,7 @@ impl<K: Hash + Eq + Clone, V> Shard<K, V> {
             key: k.clone(),
             val,
             charge,
-            referenced: false,
+            referenced: AtomicBool::new(false),
         };
         let i = match self.free.pop() {
             Some(i) => {
@@ -52,13 +54,19 @@ impl<K: Hash + Eq + Clone, V> Shard<K, V> {
     }
 }
 
+/// A shard and its counters, on cache lines of their own.
+#[repr(align(128))]
+struct ShardCell<K, V> {
+    shard: RwLock<Shard<K, V>>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
 /// Byte-bounded cache of immutable values.
 pub struct ClockCache<K, V> {
-    shards: Vec<Mutex<Shard<K, V>>>,
+    shards: Vec<ShardCell<K, V>>,
     cap_per_shard: std::sync::atomic::AtomicUsize,
     doorkeeper: Option<Doorkeeper>,
-    pub hits: AtomicU64,
-    pub misses: AtomicU64,
     /// Values [`ClockCache::offer`]ed but not admitted (first miss in the window).
     pub declined: AtomicU64,
 }
@@ -99,20 +107,20 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
     pub fn new(capacity: usize) -> Self {
         ClockCache {
             shards: (0..SHARDS)
-                .map(|_| {
-                    Mutex::new(Shard {
+                .map(|_| ShardCell {
+                    shard: RwLock::new(Shard {
                         map: HashMap::with_hasher(FixedState::default()),
                         slots: Vec::new(),
                         free: Vec::new(),
                         hand: 0,
                         used: 0,
-                    })
+                    }),
+                    hits: AtomicU64::new(0),
+                    misses: AtomicU64::new(0),
                 })
                 .collect(),
             cap_per_shard: std::sync::atomic::AtomicUsize::new((capacity / SHARDS).max(1)),
             doorkeeper: None,
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
             declined: AtomicU64::new(0),
         }
     }
@@ -149,28 +157,51 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
         FixedState::with_seed(SHARD_SEED).hash_one(k)
     }
 
-    fn shard(&self, hv: u64) -> &Mutex<Shard<K, V>> {
+    fn cell(&self, hv: u64) -> &ShardCell<K, V> {
         &self.shards[(hv as usize) % SHARDS]
+    }
+
+    fn shard(&self, hv: u64) -> &RwLock<Shard<K, V>> {
+        &self.cell(hv).shard
     }
 
     /// Looks up `k`, counting a hit or a miss.
     pub fn get(&self, k: &K) -> Option<Arc<V>> {
-        let mut s = self.shard(Self::hash(k)).lock();
-        let r = match s.map.get(k).copied() {
-            Some(i) => {
-                let slot = s.slots[i].as_mut().expect("mapped slot is occupied");
-                slot.referenced = true;
-                Some(slot.val.clone())
+        let cell = self.cell(Self::hash(k));
+        let s = cell.shard.read();
+        let r = s.map.get(k).map(|&i| {
+            let slot = s.slots[i].as_ref().expect("mapped slot is occupied");
+            // A plain load first: a hot entry's bit is set already, and a store would
+            // pull its line away from the other cores reading it.
+            if !slot.referenced.load(Ordering::Relaxed) {
+                slot.referenced.store(true, Ordering::Relaxed);
             }
-            None => None,
-        };
+            slot.val.clone()
+        });
         drop(s);
-        if r.is_some() {
-            self.hits.fetch_add(1, Ordering::Relaxed);
+        let counter = if r.is_some() {
+            &cell.hits
         } else {
-            self.misses.fetch_add(1, Ordering::Relaxed);
-        }
+            &cell.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
         r
+    }
+
+    /// Lookups that found their key.
+    pub fn hits(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|c| c.hits.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Lookups that did not.
+    pub fn misses(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|c| c.misses.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Inserts `v` charged at `charge` bytes, evicting unreferenced entries as needed.
@@ -186,7 +217,7 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
     /// is left as it is (true).
     pub fn insert_if_room(&self, k: K, v: Arc<V>, charge: usize) -> bool {
         let cap = self.cap_per_shard.load(Ordering::Relaxed);
-        let mut s = self.shard(Self::hash(&k)).lock();
+        let mut s = self.shard(Self::hash(&k)).write();
         if s.map.contains_key(&k) {
             return true;
         }
@@ -202,7 +233,7 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
         if charge > cap {
             return;
         }
-        let mut guard = self.shard(hv).lock();
+        let mut guard = self.shard(hv).write();
         let s = &mut *guard;
         if let Some(&i) = s.map.get(&k) {
             let slot = s.slots[i].as_mut().expect("mapped slot is occupied");
@@ -216,8 +247,8 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
             let i = s.hand % n;
             s.hand = (i + 1) % n;
             if let Some(slot) = s.slots[i].as_mut() {
-                if slot.referenced {
-                    slot.referenced = false;
+                if *slot.referenced.get_mut() {
+                    *slot.referenced.get_mut() = false;
                 } else {
                     let slot = s.slots[i].take().expect("checked");
                     s.used -= slot.charge;
@@ -232,7 +263,7 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
     /// Drops every entry matching `pred` (e.g. blocks of a deleted file).
     pub fn retain(&self, mut keep: impl FnMut(&K) -> bool) {
         for sh in &self.shards {
-            let mut guard = sh.lock();
+            let mut guard = sh.shard.write();
             let s = &mut *guard;
             for i in 0..s.slots.len() {
                 let drop_it = s.slots[i].as_ref().is_some_and(|slot| !keep(&slot.key));
@@ -248,7 +279,7 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
 
     /// Bytes currently charged.
     pub fn used(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().used).sum()
+        self.shards.iter().map(|s| s.shard.read().used).sum()
     }
 
     /// Budget in bytes.
@@ -261,7 +292,7 @@ impl<K: Hash + Eq + Clone, V> ClockCache<K, V> {
         let cap = (capacity / SHARDS).max(1);
         self.cap_per_shard.store(cap, Ordering::Relaxed);
         for sh in &self.shards {
-            let mut guard = sh.lock();
+            let mut guard = sh.shard.write();
             let s = &mut *guard;
             while s.used > cap && !s.map.is_empty() {
                 let n = s.slots.len();
@@ -290,10 +321,41 @@ mod tests {
         }
         c.insert(1 << 40, Arc::new(vec![]), 100);
         assert!(c.get(&(1 << 40)).is_some());
-        assert_eq!(c.hits.load(Ordering::Relaxed), 1);
+        assert_eq!((c.hits(), c.misses()), (1, 0));
         assert!(c.get(&0).is_none(), "oldest entry must have been evicted");
         c.retain(|k| *k != 1 << 40);
         assert!(c.get(&(1 << 40)).is_none());
+    }
+
+    #[test]
+    fn concurrent_hits_and_evicting_inserts_keep_values_budget_and_counts() {
+        let c: Arc<ClockCache<u64, u64>> = Arc::new(ClockCache::new(16 * 64 * 100));
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    let mut gets = 0u64;
+                    for i in 0..20_000u64 {
+                        let k = if i % 3 == 0 { t << 32 | i } else { i % 97 };
+                        if let Some(v) = c.get(&k) {
+                            assert_eq!(*v, k, "a hit returned another key's value");
+                        } else {
+                            c.insert(k, Arc::new(k), 100);
+                        }
+                        gets += 1;
+                        assert!(c.used() <= c.capacity());
+                    }
+                    gets
+                })
+            })
+            .collect();
+        let gets: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(c.hits() + c.misses(), gets);
+        assert!(
+            c.hits() > gets / 2,
+            "hot keys must mostly hit: {}",
+            c.hits()
+        );
     }
 
     #[test]

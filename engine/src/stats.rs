@@ -279,32 +279,26 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         gc_bytes_read: s.gc_bytes_read.load(Ordering::Relaxed),
         block_cache_capacity: inner.data_cache.capacity() as u64,
         index_cache_capacity: inner.index_cache.capacity() as u64,
-        block_cache_hits: inner.data_cache.hits.load(Ordering::Relaxed),
-        block_cache_misses: inner.data_cache.misses.load(Ordering::Relaxed),
+        block_cache_hits: inner.data_cache.hits(),
+        block_cache_misses: inner.data_cache.misses(),
         block_cache_declined: inner.data_cache.declined.load(Ordering::Relaxed),
-        index_cache_hits: inner.index_cache.hits.load(Ordering::Relaxed),
-        index_cache_misses: inner.index_cache.misses.load(Ordering::Relaxed),
+        index_cache_hits: inner.index_cache.hits(),
+        index_cache_misses: inner.index_cache.misses(),
         index_cache_warmed_bytes: s.index_warm_bytes.load(Ordering::Relaxed),
         index_cache_warming: s.index_warming.load(Ordering::Relaxed),
         head_cache_capacity: inner.head_cache.capacity() as u64,
-        head_cache_hits: inner.head_cache.hits.load(Ordering::Relaxed),
-        head_cache_misses: inner.head_cache.misses.load(Ordering::Relaxed),
+        head_cache_hits: inner.head_cache.hits(),
+        head_cache_misses: inner.head_cache.misses(),
         memory_bytes: memory,
         memory_budget: inner.opts.memory_budget,
         device_reads_per_get: ratio(dreads, gets),
         bytes_read_per_get: ratio(s.get_bytes_read.load(Ordering::Relaxed), gets),
         block_cache_hit_rate: {
-            let (h, m) = (
-                inner.data_cache.hits.load(Ordering::Relaxed),
-                inner.data_cache.misses.load(Ordering::Relaxed),
-            );
+            let (h, m) = (inner.data_cache.hits(), inner.data_cache.misses());
             ratio(h, h + m)
         },
         index_cache_hit_rate: {
-            let (h, m) = (
-                inner.index_cache.hits.load(Ordering::Relaxed),
-                inner.index_cache.misses.load(Ordering::Relaxed),
-            );
+            let (h, m) = (inner.index_cache.hits(), inner.index_cache.misses());
             ratio(h, h + m)
         },
         multi_get_batches: s.multi_get_batches.load(Ordering::Relaxed),

@@ -75,8 +75,9 @@ pub struct DataArg {
 #[derive(Debug, Clone, Args)]
 pub struct EngineConfigArg {
     /// Config file whose [engine] section to use (as `basalt up --config` does), so that
-    /// what this command writes or collects follows it; without it, engine defaults.
-    #[arg(long, value_name = "FILE")]
+    /// what this command writes or collects follows it. Without it, the service's
+    /// /etc/basalt/basalt.toml when its data_dir is this directory, else engine defaults.
+    #[arg(long, value_name = "FILE", env = "BASALT_CONFIG")]
     pub config: Option<PathBuf>,
 }
 
@@ -137,7 +138,7 @@ pub struct UmountArgs {
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// Config file (TOML).
-    #[arg(long, value_name = "FILE", default_value = "/etc/basalt/basalt.toml")]
+    #[arg(long, value_name = "FILE", default_value = crate::config::SERVICE_CONFIG)]
     pub config: PathBuf,
     /// Replay recorded smartctl/nvme-cli JSON files (adds to the config's health.smart_replay).
     #[arg(long = "smart-from-json", value_name = "FILE")]

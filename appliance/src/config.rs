@@ -5,6 +5,9 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+/// Where the service (`basalt serve` under systemd) reads its config.
+pub const SERVICE_CONFIG: &str = "/etc/basalt/basalt.toml";
+
 /// A config file that could not be used; the message names file, line and column.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

@@ -32,7 +32,7 @@ pub fn run_load(args: &LoadArgs, out: &mut dyn Write) -> Result<i32> {
     let opts = basalt_engine::Options {
         durability: basalt_engine::Durability::NoSync,
         create_if_missing: true,
-        ..store::configured_offline_options(&args.engine)?
+        ..store::configured_offline_options(&args.engine, &args.data.data)?
     };
     let mut input: Box<dyn BufRead> = match &args.input {
         Some(p) => Box::new(BufReader::new(

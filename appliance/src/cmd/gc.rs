@@ -6,7 +6,7 @@ use anyhow::Result;
 use std::io::Write;
 
 pub fn run(args: &GcArgs, out: &mut dyn Write) -> Result<i32> {
-    let mut opts = store::configured_offline_options(&args.engine)?;
+    let mut opts = store::configured_offline_options(&args.engine, &args.data.data)?;
     if let Some(t) = args.target_fill {
         opts.target_fill_pct = t;
     }

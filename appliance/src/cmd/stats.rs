@@ -12,7 +12,7 @@ fn mib(b: u64) -> String {
 pub fn run(args: &StatsArgs, out: &mut dyn Write) -> Result<i32> {
     let db = store::open(
         &args.data.data,
-        store::configured_offline_options(&args.engine)?,
+        store::configured_offline_options(&args.engine, &args.data.data)?,
     )?;
     let s = db.stats();
     if args.json {

@@ -114,8 +114,10 @@ impl Inner {
         let mut whole: Vec<(usize, &[u8], IndexEntry)> = Vec::new();
         let mut heads: Vec<Cold> = Vec::new();
         let mut parts: Vec<Part> = Vec::new();
-        for (slot, (key, range)) in reqs.iter().enumerate() {
-            let Some(e) = self.lookup(&v, coll, key, snap)? else {
+        let keys: Vec<&[u8]> = reqs.iter().map(|(key, _)| *key).collect();
+        let found = self.lookup_many(&v, coll, &keys, snap)?;
+        for (slot, ((key, range), e)) in reqs.iter().zip(found).enumerate() {
+            let Some(e) = e else {
                 out.done(slot);
                 continue;
             };

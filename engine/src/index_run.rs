@@ -355,7 +355,9 @@ impl Run {
             + self
                 .blocks
                 .iter()
-                .map(|b| b.first.len() + std::mem::size_of::<BlockRef>() + 16)
+                .map(|b| {
+                    b.first.len() + std::mem::size_of::<BlockRef>() + std::mem::size_of::<u128>()
+                })
                 .sum::<usize>()
     }
 

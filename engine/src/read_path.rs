@@ -21,8 +21,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Keys a `multi_get` resolves through the index together before queueing their
-/// reads.
-const LOOKUP_CHUNK: usize = 4;
+/// reads. More keys overlap more cache misses (cached lookups in a 3M-key index on
+/// the test VM: 0.78 of the one-by-one CPU per key at 4, 0.70 at 8, 0.68 at 16), fewer
+/// start the device sooner (16 keys' lookups are ~37 µs, half an NVMe read).
+const LOOKUP_CHUNK: usize = 8;
 
 /// `(slot, key, seqno)` of a record wanted from a block.
 type Item<'k> = (usize, &'k [u8], Seqno);

@@ -364,18 +364,59 @@ pub fn decode_block_entries(block: &[u8]) -> Option<Vec<KeyedEntry>> {
 /// Restart group that may hold (coll, key): the last whose first key ≤ it; `Ok(None)`
 /// if the key sorts before the block. `Err(())` if the block is malformed.
 fn find_group(block: &[u8], l: &Layout<'_>, coll: CollId, key: &[u8]) -> Result<Option<usize>, ()> {
-    let body = block.get(..l.entries_end).ok_or(())?;
-    let (mut lo, mut hi) = (0usize, l.nrestarts());
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        let (c, k) = restart_key(body, l.restart(mid)).ok_or(())?;
-        if cmp_key(c, k, coll, key) == Ordering::Greater {
-            hi = mid;
-        } else {
-            lo = mid + 1;
+    let mut s = RestartSearch::new(l);
+    while s.is_open() {
+        s.step(block, l, coll, key).ok_or(())?;
+    }
+    Ok(s.group())
+}
+
+/// A binary search over a block's restarts for the last whose key ≤ the one looked
+/// up: the open interval `lo..hi` of restarts not yet decided.
+struct RestartSearch {
+    lo: usize,
+    hi: usize,
+}
+
+impl RestartSearch {
+    fn new(l: &Layout<'_>) -> Self {
+        RestartSearch {
+            lo: 0,
+            hi: l.nrestarts(),
         }
     }
-    Ok(lo.checked_sub(1))
+
+    fn is_open(&self) -> bool {
+        self.lo < self.hi
+    }
+
+    /// Compares the middle restart's key with (coll, key) and halves the interval;
+    /// `None` if that restart is malformed.
+    fn step(&mut self, block: &[u8], l: &Layout<'_>, coll: CollId, key: &[u8]) -> Option<()> {
+        let mid = (self.lo + self.hi) / 2;
+        let (c, k) = restart_key(block.get(..l.entries_end)?, l.restart(mid))?;
+        if cmp_key(c, k, coll, key) == Ordering::Greater {
+            self.hi = mid;
+        } else {
+            self.lo = mid + 1;
+        }
+        Some(())
+    }
+
+    /// The restart the search reads next: the middle one while open, else the start
+    /// of the group to scan (none when the key sorts before the block).
+    fn next_read(&self) -> Option<usize> {
+        if self.is_open() {
+            Some((self.lo + self.hi) / 2)
+        } else {
+            self.group()
+        }
+    }
+
+    /// Once closed: the group that may hold the key.
+    fn group(&self) -> Option<usize> {
+        self.lo.checked_sub(1)
+    }
 }
 
 /// Asks the CPU to fetch the parts of a cached block (its used bytes) that a
@@ -431,54 +472,38 @@ pub fn block_get_many(
     coll: CollId,
     mut found: impl FnMut(usize, Result<Option<IndexEntry>, ()>),
 ) {
-    /// One block's search: its layout and the open interval of restarts.
-    struct Search<'a> {
-        l: Layout<'a>,
-        lo: usize,
-        hi: usize,
-    }
-    let mut searches: Vec<Option<Search<'_>>> = lookups
+    let mut searches: Vec<Option<(Layout<'_>, RestartSearch)>> = lookups
         .iter()
         .map(|&(block, _)| {
             let l = Layout::parse(block)?;
-            let hi = l.nrestarts();
-            let s = Search { l, lo: 0, hi };
-            prefetch_probe(block, &s.l, s.lo, s.hi);
-            Some(s)
+            let s = RestartSearch::new(&l);
+            prefetch_next(block, &l, &s);
+            Some((l, s))
         })
         .collect();
     let mut open = true;
     while open {
         open = false;
-        for (s, &(block, key)) in searches.iter_mut().zip(lookups) {
-            let Some(st) = s else { continue };
-            if st.lo >= st.hi {
+        for (entry, &(block, key)) in searches.iter_mut().zip(lookups) {
+            let Some((l, s)) = entry else { continue };
+            if !s.is_open() {
                 continue;
             }
-            let mid = (st.lo + st.hi) / 2;
-            let Some((c, k)) = block
-                .get(..st.l.entries_end)
-                .and_then(|body| restart_key(body, st.l.restart(mid)))
-            else {
-                *s = None;
+            if s.step(block, l, coll, key).is_none() {
+                *entry = None;
                 continue;
-            };
-            if cmp_key(c, k, coll, key) == Ordering::Greater {
-                st.hi = mid;
-            } else {
-                st.lo = mid + 1;
             }
-            prefetch_probe(block, &st.l, st.lo, st.hi);
-            open |= st.lo < st.hi;
+            prefetch_next(block, l, s);
+            open |= s.is_open();
         }
     }
-    for (j, (s, &(block, key))) in searches.iter().zip(lookups).enumerate() {
+    for (j, (entry, &(block, key))) in searches.iter().zip(lookups).enumerate() {
         found(
             j,
-            match s {
+            match entry {
                 None => Err(()),
-                Some(st) => match st.lo.checked_sub(1) {
-                    Some(start) => scan_group(block, &st.l, start, coll, key),
+                Some((l, s)) => match s.group() {
+                    Some(start) => scan_group(block, l, start, coll, key),
                     None => Ok(None),
                 },
             },
@@ -486,18 +511,11 @@ pub fn block_get_many(
     }
 }
 
-/// Prefetches the restart key a search over restarts `lo..hi` compares next (the
-/// start of the group it will scan once the interval is empty).
-fn prefetch_probe(block: &[u8], l: &Layout<'_>, lo: usize, hi: usize) {
-    let at = if lo < hi {
-        (lo + hi) / 2
-    } else {
-        match lo.checked_sub(1) {
-            Some(g) => g,
-            None => return,
-        }
-    };
-    crate::prefetch::prefetch(block.as_ptr().wrapping_add(l.restart(at)));
+/// Prefetches the restart key search `s` reads next.
+fn prefetch_next(block: &[u8], l: &Layout<'_>, s: &RestartSearch) {
+    if let Some(i) = s.next_read() {
+        crate::prefetch::prefetch(block.as_ptr().wrapping_add(l.restart(i)));
+    }
 }
 
 /// The entry for (coll, key) in restart group `start` of a block, if there.

@@ -212,6 +212,17 @@ pub fn run(plan: Plan, out: &mut dyn Write) -> Result<()> {
         _ => None,
     };
 
+    // Catch the stop signals before anyone is told we are ready: a SIGINT that follows the
+    // banner at once must unmount and sync, not find the default action still in place.
+    let (mut term, mut int, mut hup) = {
+        let _g = rt.enter();
+        (
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::hangup())?,
+        )
+    };
+
     // Tell the user and systemd.
     let base = listen_addr.map(|a| format!("http://{a}"));
     match &plan.mode {
@@ -262,9 +273,6 @@ pub fn run(plan: Plan, out: &mut dyn Write) -> Result<()> {
 
     // Wait.
     let reason = rt.block_on(async {
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        let mut hup = signal(SignalKind::hangup())?;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {

@@ -276,6 +276,33 @@ fn up_serves_files_and_http_stops_cleanly_and_keeps_the_data() {
 }
 
 #[test]
+fn up_stopped_the_moment_it_says_ready_still_unmounts_and_exits_cleanly() {
+    if !fuse_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("d").display().to_string();
+    let mnt = tmp.path().join("m");
+    let ms = mnt.display().to_string();
+    // The banner promises that Ctrl-C unmounts and syncs: a signal sent the instant it
+    // appears must be caught, never meet the default action (death, a stale mount).
+    for (round, sig) in [libc::SIGINT, libc::SIGTERM, libc::SIGINT, libc::SIGTERM]
+        .into_iter()
+        .enumerate()
+    {
+        let up = Service::start(&up_args(&data, &ms, &free_addr()), "Press Ctrl-C");
+        let (code, rest, err) = up.stop(sig);
+        assert_eq!(
+            code,
+            Some(0),
+            "round {round}, signal {sig}\nstdout {rest}\nstderr {err}"
+        );
+        assert!(rest.contains("data synced"), "round {round}: {rest}");
+        assert!(!mounted(&mnt), "round {round}: unmounted");
+    }
+}
+
+#[test]
 fn mount_in_background_and_umount_sync_and_refuse_bad_input() {
     if !fuse_available() {
         return;

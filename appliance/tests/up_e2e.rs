@@ -264,11 +264,19 @@ fn up_serves_files_and_http_stops_cleanly_and_keeps_the_data() {
         std::fs::read(mnt.join("docs/later.txt")).unwrap(),
         b"written while following"
     );
+    // With the default durability (periodic) an fsync is still durable on return.
+    let mut f = std::fs::File::create(mnt.join("docs/fsynced.txt")).unwrap();
+    f.write_all(b"synced before the kill").unwrap();
+    f.sync_all().unwrap();
     let (code, _, _) = up.stop(libc::SIGKILL);
     assert_eq!(code, None, "killed");
     assert!(mounted(&mnt), "a killed daemon leaves its mount behind");
     let up = Service::start(&up_args(&ds, &ms, &addr), "Press Ctrl-C");
     assert!(std::fs::read(mnt.join("docs/a.json")).is_ok());
+    assert_eq!(
+        std::fs::read(mnt.join("docs/fsynced.txt")).unwrap(),
+        b"synced before the kill"
+    );
     let (code, _, err) = up.stop(libc::SIGINT);
     assert_eq!(code, Some(0));
     assert!(err.contains("cleaned a stale mount"), "{err}");

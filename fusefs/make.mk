@@ -8,6 +8,6 @@ BENCH_TARGETS += bench-fusefs
 test-fusefs:
 	./fusefs/scripts/test-fusefs.sh
 
-## bench-fusefs: fio, file creation and untar/find/du on Basalt vs ext4 (ratios)
+## bench-fusefs: fio (incl. synced 4k writes), file creation, untar/find/du on Basalt vs ext4 (ratios)
 bench-fusefs:
 	./fusefs/scripts/bench-fusefs.sh

@@ -139,10 +139,11 @@ impl Default for EngineSection {
         EngineSection {
             compression: CompressionSetting(d.compression),
             // A filesystem's contract: fsync, fdatasync, sync and unmount are durable
-            // on return, other writes within `sync_interval_ms` (ext4 commits every
-            // 5 s). Syncing every engine commit made each file creation and deletion
-            // wait for the device: creation 6.4-8.0x and deletion 5.7-6.8x slower through
-            // the mount on the test VM (`basalt-fusefs-dev files`, 8 threads, 3 rounds).
+            // on return, other writes within about a second (the mount's flush interval,
+            // then `sync_interval_ms`; ext4 commits every 5 s). Syncing every engine
+            // commit made each file creation and deletion wait for the device: creation
+            // 6.4-8.0x and deletion 5.7-6.8x slower through the mount on the test VM
+            // (`basalt-fusefs-dev files`, 8 threads, 3 rounds).
             durability: DurabilitySetting::Periodic,
             sync_interval_ms: Positive(100),
             target_fill_pct: FillPct(d.target_fill_pct),

@@ -171,6 +171,17 @@ pub fn run(plan: Plan, out: &mut dyn Write) -> Result<()> {
         .enable_all()
         .thread_name("basalt-rt")
         .build()?;
+    // Catch the stop signals before the HTTP server and the mount start: one that comes
+    // during start-up, or the instant the banner appears, is acted on once serving (a
+    // clean unmount and sync) instead of meeting the default action (death, a stale mount).
+    let (mut term, mut int, mut hup) = {
+        let _g = rt.enter();
+        (
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::hangup())?,
+        )
+    };
     let token: SharedToken = Arc::new(RwLock::new(None));
     let stats_db = db.clone();
     let state = MonitoringState::new(history_store(plan.health.as_ref(), &db)?).with_engine_stats(
@@ -210,17 +221,6 @@ pub fn run(plan: Plan, out: &mut dyn Write) -> Result<()> {
             Some(mountfs::mount(db.clone(), path, m, &data_dir, health)?)
         }
         _ => None,
-    };
-
-    // Catch the stop signals before anyone is told we are ready: a SIGINT that follows the
-    // banner at once must unmount and sync, not find the default action still in place.
-    let (mut term, mut int, mut hup) = {
-        let _g = rt.enter();
-        (
-            signal(SignalKind::terminate())?,
-            signal(SignalKind::interrupt())?,
-            signal(SignalKind::hangup())?,
-        )
     };
 
     // Tell the user and systemd.

@@ -22,6 +22,7 @@ use crate::index_block::{
 use crate::index_block::{decode_block_entries, key_prefix};
 use crate::io::{DataFile, IoCounters, IoMode};
 use crate::record::{CollId, Seqno};
+use crate::uring::{ReadReq, RingCounters};
 use std::cmp::Ordering as CmpOrdering;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -208,6 +209,17 @@ struct BlockRef {
 /// only on a tie.
 fn fence(coll: CollId, key: &[u8]) -> u128 {
     ((coll as u128) << 64) | key_prefix(key) as u128
+}
+
+/// How a batched lookup reads index blocks missing from the cache, and where it
+/// counts those reads.
+pub struct IndexReads<'a> {
+    /// Device reads of index blocks (added to the engine's point-read counters).
+    pub reads: &'a AtomicU64,
+    pub bytes: &'a AtomicU64,
+    /// The ring's counters and polling budget: several missing blocks go to the device
+    /// in one io_uring submission. `None`: one `pread` each (the psync backend).
+    pub ring: Option<(&'a RingCounters, std::time::Duration)>,
 }
 
 /// A key looked up in [`Run::get_many`], by its position in the caller's batch.
@@ -436,27 +448,84 @@ impl Run {
         cached: bool,
         counters: Option<(&AtomicU64, &AtomicU64)>,
     ) -> Result<Arc<Vec<u8>>> {
-        let BlockRef { off, pages, .. } = self.blocks[i];
         if cached {
-            if let Some(b) = self.cache.get(&(self.id, off)) {
+            if let Some(b) = self.cache.get(&(self.id, self.blocks[i].off)) {
                 return Ok(b);
             }
         }
-        if let Some((reads, bytes)) = counters {
-            reads.fetch_add(1, Ordering::Relaxed);
-            bytes.fetch_add(pages as u64 * PAGE as u64, Ordering::Relaxed);
-        }
+        self.read_block(i, cached, counters)
+    }
+
+    /// Block `i` read from the device with one `pread`, then as [`Run::loaded`].
+    fn read_block(
+        &self,
+        i: usize,
+        cached: bool,
+        counters: Option<(&AtomicU64, &AtomicU64)>,
+    ) -> Result<Arc<Vec<u8>>> {
+        let BlockRef { off, pages, .. } = self.blocks[i];
         let mut buf = AlignedBuf::for_read(pages as usize * PAGE);
         let n = self.file.read_full(&mut buf, off)?;
-        let pages = self.verified((n == buf.len()).then_some(&buf[..]), off)?;
+        let b = self.loaded(i, (n == buf.len()).then_some(&buf[..]), cached, counters);
+        buf.recycle();
+        b
+    }
+
+    /// Block `i` once its pages are read (`None`: a short read): counted in
+    /// `counters`, verified, and kept in the cache when `cached`.
+    fn loaded(
+        &self,
+        i: usize,
+        pages: Option<&[u8]>,
+        cached: bool,
+        counters: Option<(&AtomicU64, &AtomicU64)>,
+    ) -> Result<Arc<Vec<u8>>> {
+        let BlockRef { off, pages: n, .. } = self.blocks[i];
+        if let Some((reads, bytes)) = counters {
+            reads.fetch_add(1, Ordering::Relaxed);
+            bytes.fetch_add(n as u64 * PAGE as u64, Ordering::Relaxed);
+        }
+        let pages = self.verified(pages, off)?;
         // The cache keeps only the bytes that carry data, not the page padding
         // (which `verify` checks).
         let b = Arc::new(if cached { data_part(pages) } else { pages }.to_vec());
-        buf.recycle();
         if cached {
             self.cache.insert((self.id, off), b.clone(), b.len());
         }
         Ok(b)
+    }
+
+    /// Blocks `idx` (distinct, none cached) read at once: one io_uring submission
+    /// with `ring`, else one `pread` each; counted and cached as [`Run::block_counting`].
+    fn load_together(&self, idx: &[usize], io: &IndexReads<'_>) -> Result<Vec<Arc<Vec<u8>>>> {
+        let counters = Some((io.reads, io.bytes));
+        let (Some((ring, poll)), true) = (io.ring, idx.len() > 1) else {
+            return idx
+                .iter()
+                .map(|&i| self.read_block(i, true, counters))
+                .collect();
+        };
+        let mut out: Vec<Option<Arc<Vec<u8>>>> = vec![None; idx.len()];
+        crate::uring::with_batch::<&DataFile, _>(ring, poll, |batch| {
+            let mut on_done = |k: usize, r: &ReadReq<&DataFile>| -> Result<()> {
+                let len = self.blocks[idx[k]].pages as usize * PAGE;
+                let pages = (r.done >= len).then_some(&r.buf[..len]);
+                out[k] = Some(self.loaded(idx[k], pages, true, counters)?);
+                Ok(())
+            };
+            for &i in idx {
+                let BlockRef { off, pages, .. } = self.blocks[i];
+                let req = ReadReq::covering(&self.file, off, pages * PAGE as u32);
+                crate::uring::Reader::queue(batch, req, &mut on_done)?;
+            }
+            let r = crate::uring::Reader::finish(batch, &mut on_done);
+            crate::uring::Reader::recycle(batch);
+            r
+        })?;
+        Ok(out
+            .into_iter()
+            .map(|b| b.expect("every read was handed to on_done"))
+            .collect())
     }
 
     /// The block at `off`, read whole into `pages` (`None`: a short read), once its
@@ -584,8 +653,7 @@ impl Run {
         &self,
         coll: CollId,
         probes: &[Probe<'_>],
-        reads: &AtomicU64,
-        bytes_read: &AtomicU64,
+        io: &IndexReads<'_>,
         mut found: impl FnMut(usize, IndexEntry),
     ) -> Result<()> {
         if self.fences.is_empty() {
@@ -614,11 +682,28 @@ impl Run {
             size -= half;
         }
         let mut blocks = Vec::with_capacity(search.len());
+        // Keys whose block is not cached: their blocks are read together below, so
+        // that k misses cost one device round trip, not k in turn.
+        let mut missing: Vec<(usize, usize)> = Vec::new();
         for (j, f, i) in search {
             if self.starts_at_or_before(i, f, probes[j].key) {
-                let b = self.block_counting(i, true, Some((reads, bytes_read)))?;
-                prefetch_search(&b);
-                blocks.push((j, i, b));
+                match self.cache.get(&(self.id, self.blocks[i].off)) {
+                    Some(b) => {
+                        prefetch_search(&b);
+                        blocks.push((j, i, b));
+                    }
+                    None => missing.push((j, i)),
+                }
+            }
+        }
+        if !missing.is_empty() {
+            let mut idx: Vec<usize> = missing.iter().map(|&(_, i)| i).collect();
+            idx.sort_unstable();
+            idx.dedup();
+            let loaded = self.load_together(&idx, io)?;
+            for (j, i) in missing {
+                let b = &loaded[idx.binary_search(&i).expect("listed above")];
+                blocks.push((j, i, b.clone()));
             }
         }
         let lookups: Vec<(&[u8], &[u8])> = blocks
@@ -1033,7 +1118,12 @@ mod tests {
                         hash: key_hash(c, &probes[i].1),
                     })
                     .collect();
-                run.get_many(c, &batch, &n, &n, |j, e| {
+                let io = IndexReads {
+                    reads: &n,
+                    bytes: &n,
+                    ring: None,
+                };
+                run.get_many(c, &batch, &io, |j, e| {
                     assert!(got[chunk[j]].replace(e.seqno).is_none(), "answered twice");
                 })
                 .unwrap();
@@ -1054,6 +1144,75 @@ mod tests {
     /// A merge cursor reads `readahead` bytes of blocks at a time: it walks the same
     /// entries as a cached cursor with one device read per 64 KiB instead of one per
     /// block, and still finds a flipped bit (naming the block's offset).
+    /// The index blocks a batch misses in the cache are read together: with a ring,
+    /// all in one submission (its queue-depth histogram sees them at once), each read
+    /// and counted once, then cached; without (psync), one `pread` each. Both answer
+    /// as `get`.
+    #[test]
+    fn get_many_reads_the_index_blocks_a_batch_misses_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys: Vec<(CollId, Vec<u8>)> = (0..20000u32)
+            .map(|i| (3, format!("key{i:08}").into_bytes()))
+            .collect();
+        let (run, _) = write_run(dir.path(), 1, &keys, 64 << 20);
+        assert!(run.block_count() >= 32, "{} blocks", run.block_count());
+        // Eight keys in eight blocks, and a ninth sharing the first one's block.
+        let step = keys.len() / 8;
+        let mut batch: Vec<&[u8]> = (0..8).map(|b| &keys[b * step + 1].1[..]).collect();
+        batch.push(&keys[2].1);
+        let probes: Vec<Probe> = batch
+            .iter()
+            .map(|k| Probe {
+                key: k,
+                hash: key_hash(3, k),
+            })
+            .collect();
+        let rings = if crate::uring::available() {
+            vec![true, false]
+        } else {
+            eprintln!("io_uring unavailable: only the psync path is checked");
+            vec![false]
+        };
+        for ring in rings {
+            run.cache.retain(|_| false);
+            let counters = RingCounters::default();
+            let (reads, bytes) = (AtomicU64::new(0), AtomicU64::new(0));
+            let io = IndexReads {
+                reads: &reads,
+                bytes: &bytes,
+                ring: ring.then_some((&counters, std::time::Duration::ZERO)),
+            };
+            let mut got = vec![None; probes.len()];
+            run.get_many(3, &probes, &io, |j, e| got[j] = Some(e.seqno))
+                .unwrap();
+            let n = AtomicU64::new(0);
+            for (j, k) in batch.iter().enumerate() {
+                let want = run.get(3, k, key_hash(3, k), &n, &n).unwrap();
+                assert_eq!(got[j], want.map(|e| e.seqno), "ring {ring}, key {j}");
+            }
+            assert_eq!(
+                reads.load(Ordering::Relaxed),
+                8,
+                "ring {ring}: one read per block"
+            );
+            assert!(bytes.load(Ordering::Relaxed) >= 8 * PAGE as u64);
+            let depths = counters.queue_depth.snapshot();
+            let at_once: u64 = depths[3..].iter().map(|(_, c)| c).sum();
+            if ring {
+                assert_eq!(at_once, 1, "the eight reads in one submission: {depths:?}");
+            } else {
+                assert!(depths.iter().all(|(_, c)| *c == 0), "{depths:?}");
+            }
+            // Now cached: the same batch reads nothing.
+            run.get_many(3, &probes, &io, |_, _| {}).unwrap();
+            assert_eq!(
+                reads.load(Ordering::Relaxed),
+                8,
+                "ring {ring}: served from the cache"
+            );
+        }
+    }
+
     #[test]
     fn merge_cursors_read_ahead_in_large_reads_and_verify_every_block() {
         let dir = tempfile::tempdir().unwrap();

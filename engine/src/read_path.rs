@@ -8,7 +8,7 @@ use crate::data_block::DataBlock;
 use crate::db::{Inner, Version};
 use crate::entry::{IndexEntry, Location};
 use crate::error::{Error, Result};
-use crate::index_run::Probe;
+use crate::index_run::{IndexReads, Probe};
 use crate::options::IoBackend;
 use crate::record::{CollId, RecordRef, Seqno};
 use crate::segment::{segment_path, SegId};
@@ -108,6 +108,17 @@ impl Inner {
             }
         }
         let mut probes = Vec::with_capacity(open.len());
+        let io = IndexReads {
+            reads: &self.stats.device_reads,
+            bytes: &self.stats.get_bytes_read,
+            ring: match self.io_backend {
+                IoBackend::IoUring => Some((
+                    &self.stats.ring,
+                    std::time::Duration::from_micros(self.opts.read_poll_micros),
+                )),
+                IoBackend::Psync => None,
+            },
+        };
         for run in &v.runs {
             if open.is_empty() {
                 break;
@@ -118,13 +129,9 @@ impl Inner {
                 hash: hashes[j],
             }));
             let mut closed = false;
-            run.get_many(
-                coll,
-                &probes,
-                &self.stats.device_reads,
-                &self.stats.get_bytes_read,
-                |p, e| closed |= take_run_entry(&mut found[open[p]], e, snap),
-            )?;
+            run.get_many(coll, &probes, &io, |p, e| {
+                closed |= take_run_entry(&mut found[open[p]], e, snap)
+            })?;
             if closed {
                 open.retain(|&j| found[j].is_none_or(|f| f.reloc));
             }

@@ -26,6 +26,9 @@ pub const RING_ENTRIES: usize = 64;
 
 thread_local! {
     static RING: RefCell<Option<IoUring>> = const { RefCell::new(None) };
+    /// A second ring for a batch opened inside a batch (a `multi_get` reading the index
+    /// blocks its lookups miss while its data reads are in flight on `RING`).
+    static NESTED_RING: RefCell<Option<IoUring>> = const { RefCell::new(None) };
     static POLL_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
 }
 
@@ -262,8 +265,9 @@ pub struct Batch<'r, T> {
 }
 
 /// Runs `f` with a batch on this thread's ring (created on first use); its waits poll
-/// for up to `poll` (not at all on a thread that opted out). A nested call (a read issued from inside `f`) gets a ring of its
-/// own.
+/// for up to `poll` (not at all on a thread that opted out). A nested call (a read
+/// issued from inside `f`) gets a ring of its own: this thread's second ring, kept for
+/// that, or a new one deeper down.
 pub fn with_batch<T: ReadTarget, R>(
     counters: &RingCounters,
     poll: Duration,
@@ -275,16 +279,36 @@ pub fn with_batch<T: ReadTarget, R>(
     } else {
         Duration::ZERO
     };
-    RING.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut slot) => {
-            if slot.is_none() {
-                *slot = Some(new_ring(entries)?);
-            }
-            let ring = slot.as_mut().expect("ring created above");
-            f(&mut Batch::new(ring, counters, poll))
+    let f = match RING.with(|cell| on_ring(cell, counters, poll, f)) {
+        Ok(r) => return r,
+        Err(f) => f,
+    };
+    match NESTED_RING.with(|cell| on_ring(cell, counters, poll, f)) {
+        Ok(r) => r,
+        Err(f) => f(&mut Batch::new(&mut new_ring(entries)?, counters, poll)),
+    }
+}
+
+/// Runs `f` with a batch on the ring kept in `cell` (created on first use), or hands
+/// `f` back when that ring is in use further up this thread's stack.
+fn on_ring<T: ReadTarget, R, F: FnOnce(&mut Batch<'_, T>) -> Result<R>>(
+    cell: &RefCell<Option<IoUring>>,
+    counters: &RingCounters,
+    poll: Duration,
+    f: F,
+) -> std::result::Result<Result<R>, F> {
+    let Ok(mut slot) = cell.try_borrow_mut() else {
+        return Err(f);
+    };
+    if slot.is_none() {
+        match new_ring(RING_ENTRIES as u32) {
+            Ok(r) => *slot = Some(r),
+            Err(e) => return Ok(Err(e)),
         }
-        Err(_) => f(&mut Batch::new(&mut new_ring(entries)?, counters, poll)),
-    })
+    }
+    let ring = slot.as_mut().expect("ring created above");
+    let r = f(&mut Batch::new(ring, counters, poll));
+    Ok(r)
 }
 
 impl<'r, T: ReadTarget> Batch<'r, T> {

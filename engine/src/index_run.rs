@@ -1141,9 +1141,6 @@ mod tests {
         }
     }
 
-    /// A merge cursor reads `readahead` bytes of blocks at a time: it walks the same
-    /// entries as a cached cursor with one device read per 64 KiB instead of one per
-    /// block, and still finds a flipped bit (naming the block's offset).
     /// The index blocks a batch misses in the cache are read together: with a ring,
     /// all in one submission (its queue-depth histogram sees them at once), each read
     /// and counted once, then cached; without (psync), one `pread` each. Both answer
@@ -1213,6 +1210,9 @@ mod tests {
         }
     }
 
+    /// A merge cursor reads `readahead` bytes of blocks at a time: it walks the same
+    /// entries as a cached cursor with one device read per 64 KiB instead of one per
+    /// block, and still finds a flipped bit (naming the block's offset).
     #[test]
     fn merge_cursors_read_ahead_in_large_reads_and_verify_every_block() {
         let dir = tempfile::tempdir().unwrap();

@@ -508,8 +508,7 @@ impl Run {
         let mut out: Vec<Option<Arc<Vec<u8>>>> = vec![None; idx.len()];
         crate::uring::with_batch::<&DataFile, _>(ring, poll, |batch| {
             let mut on_done = |k: usize, r: &ReadReq<&DataFile>| -> Result<()> {
-                let len = self.blocks[idx[k]].pages as usize * PAGE;
-                let pages = (r.done >= len).then_some(&r.buf[..len]);
+                let pages = (r.done == r.buf.len()).then_some(&r.buf[..]);
                 out[k] = Some(self.loaded(idx[k], pages, true, counters)?);
                 Ok(())
             };

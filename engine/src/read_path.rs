@@ -111,13 +111,7 @@ impl Inner {
         let io = IndexReads {
             reads: &self.stats.device_reads,
             bytes: &self.stats.get_bytes_read,
-            ring: match self.io_backend {
-                IoBackend::IoUring => Some((
-                    &self.stats.ring,
-                    std::time::Duration::from_micros(self.opts.read_poll_micros),
-                )),
-                IoBackend::Psync => None,
-            },
+            ring: self.ring(),
         };
         for run in &v.runs {
             if open.is_empty() {
@@ -258,12 +252,20 @@ impl Inner {
         &self,
         f: impl FnOnce(&mut dyn Reader<Arc<Segment>>) -> Result<R>,
     ) -> Result<R> {
+        match self.ring() {
+            Some((counters, poll)) => crate::uring::with_batch(counters, poll, |b| f(b)),
+            None => f(&mut SyncReader::default()),
+        }
+    }
+
+    /// The io_uring counters and polling budget of reads, `None` with the psync backend.
+    fn ring(&self) -> Option<(&crate::uring::RingCounters, std::time::Duration)> {
         match self.io_backend {
-            IoBackend::IoUring => {
-                let poll = std::time::Duration::from_micros(self.opts.read_poll_micros);
-                crate::uring::with_batch(&self.stats.ring, poll, |b| f(b))
-            }
-            IoBackend::Psync => f(&mut SyncReader::default()),
+            IoBackend::IoUring => Some((
+                &self.stats.ring,
+                std::time::Duration::from_micros(self.opts.read_poll_micros),
+            )),
+            IoBackend::Psync => None,
         }
     }
 

@@ -273,7 +273,6 @@ pub fn with_batch<T: ReadTarget, R>(
     poll: Duration,
     f: impl FnOnce(&mut Batch<'_, T>) -> Result<R>,
 ) -> Result<R> {
-    let entries = RING_ENTRIES as u32;
     let poll = if POLL_HERE.with(|p| p.get()) {
         poll
     } else {
@@ -285,7 +284,11 @@ pub fn with_batch<T: ReadTarget, R>(
     };
     match NESTED_RING.with(|cell| on_ring(cell, counters, poll, f)) {
         Ok(r) => r,
-        Err(f) => f(&mut Batch::new(&mut new_ring(entries)?, counters, poll)),
+        Err(f) => f(&mut Batch::new(
+            &mut new_ring(RING_ENTRIES as u32)?,
+            counters,
+            poll,
+        )),
     }
 }
 

@@ -451,6 +451,45 @@ impl ScanIter {
     }
 }
 
+/// The keys of a scan without their values: only the index is read, never the log
+/// (see [`ScanIter::keys`]).
+pub struct KeyIter(ScanIter);
+
+impl ScanIter {
+    /// The scan's keys alone, in the same order. No value is read, so listing or
+    /// deleting a range costs index reads only.
+    pub fn keys(self) -> KeyIter {
+        KeyIter(self)
+    }
+}
+
+impl Iterator for KeyIter {
+    type Item = Result<Vec<u8>>;
+    fn next(&mut self) -> Option<Self::Item> {
+        let s = &mut self.0;
+        if s.failed {
+            return None;
+        }
+        let step = |s: &mut ScanIter| -> Result<Option<Vec<u8>>> {
+            if !s.started {
+                s.started = true;
+                s.start()?;
+            }
+            if let Some((k, _, _)) = s.ready.pop_front() {
+                return Ok(Some(k));
+            }
+            Ok(s.next_winner()?.map(|(k, _)| k))
+        };
+        match step(s) {
+            Ok(k) => k.map(Ok),
+            Err(e) => {
+                s.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
 impl Iterator for ScanIter {
     type Item = Result<(Vec<u8>, Vec<u8>)>;
     fn next(&mut self) -> Option<Self::Item> {

@@ -208,6 +208,75 @@ fn scans_are_ordered_both_ways_and_respect_bounds_and_prefixes() {
 }
 
 #[test]
+fn key_scans_list_the_scans_keys_without_reading_a_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        compression: Compression::None,
+        ..small_opts()
+    };
+    let mut rng = Rng(7);
+    {
+        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        let c = db.create_collection("c").unwrap();
+        for i in 0..400u32 {
+            let v: Vec<u8> = (0..3000).map(|_| rng.next() as u8).collect();
+            c.put(format!("k{i:04}").as_bytes(), &v).unwrap();
+        }
+        db.flush().unwrap();
+        for i in (0..400u32).step_by(7) {
+            c.delete(format!("k{i:04}").as_bytes()).unwrap();
+        }
+        c.put(b"k0100x", b"in the memtable").unwrap();
+        db.close().unwrap();
+    }
+    let db = Db::open(dir.path(), opts).unwrap();
+    let c = db.collection("c").unwrap();
+    // Listing may read index blocks, never the ~1 MiB of values.
+    let index_bytes = db.stats().index_disk_bytes;
+    assert!(index_bytes < 100 << 10, "index {index_bytes} B");
+    let read = |db: &Db| db.stats().device_bytes_read;
+    for (lo, hi, dir) in [
+        (Bound::Unbounded, Bound::Unbounded, Direction::Forward),
+        (
+            Bound::Included(&b"k0100"[..]),
+            Bound::Excluded(&b"k0200"[..]),
+            Direction::Backward,
+        ),
+    ] {
+        let before = read(&db);
+        let keys: Vec<Vec<u8>> = c
+            .scan(lo, hi, dir)
+            .unwrap()
+            .keys()
+            .map(|k| k.unwrap())
+            .collect();
+        let listed = read(&db) - before;
+        assert!(
+            listed <= index_bytes,
+            "listing keys read {listed} B: no value"
+        );
+        let full: Vec<Vec<u8>> = c.scan(lo, hi, dir).unwrap().map(|r| r.unwrap().0).collect();
+        assert!(read(&db) - before > 200 * 1000, "the full scan read values");
+        assert_eq!(keys, full, "same keys, same order ({dir:?})");
+        assert!(
+            !keys.iter().any(|k| k == b"k0105"),
+            "deleted keys are not listed"
+        );
+    }
+    let p: Vec<Vec<u8>> = c
+        .scan_prefix(b"k010", Direction::Forward)
+        .unwrap()
+        .keys()
+        .map(|k| k.unwrap())
+        .collect();
+    assert_eq!(
+        p.len(),
+        10,
+        "k0100..k0109 without k0105 (deleted), with k0100x: {p:?}"
+    );
+}
+
+#[test]
 fn snapshot_sees_the_past_while_writes_flushes_and_gc_go_on() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path(), small_opts()).unwrap();

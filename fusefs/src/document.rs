@@ -2,6 +2,7 @@
 //! inline or as a manifest plus chunks, and write one the same way the mount does.
 
 use std::io::{self, Read};
+use std::ops::Bound;
 use std::time::SystemTime;
 
 use basalt_engine::{Db, Direction, WriteBatch};
@@ -118,6 +119,17 @@ impl ChunkStream {
                 .unwrap_or_default();
             // Holes and short chunks read as zeros up to the file size.
             data.resize(want, 0);
+            // Newer copies of some of its pages (small writes committed alone).
+            let prefix = &layout::patch_key(self.fid, idx, 0)[..18];
+            let patches = self.coll.scan_prefix(prefix, Direction::Forward);
+            for item in patches.map_err(|e| io::Error::from_raw_os_error(e.errno()))? {
+                let (k, v) = item.map_err(|e| io::Error::from_raw_os_error(e.errno()))?;
+                if let Some((_, _, p)) = layout::patch_location(&k) {
+                    let a = (p as u64 * layout::PATCH_PAGE).min(want as u64) as usize;
+                    let z = (a + v.len()).min(want);
+                    data[a..z].copy_from_slice(&v[..z - a]);
+                }
+            }
             self.buf = data;
             self.buf_start = start;
         }
@@ -127,6 +139,36 @@ impl ChunkStream {
         self.pos += n as u64;
         Ok(n)
     }
+}
+
+/// Keys of the stored chunks and chunk patches of file `fid` from chunk `from` on
+/// (only the index is read, never their values).
+pub(crate) fn data_keys(
+    coll: &basalt_engine::Collection,
+    fid: u64,
+    from: u64,
+) -> Result<Vec<Vec<u8>>, basalt_engine::Error> {
+    let ranges = [
+        (layout::chunk_key(fid, from), layout::chunk_key_prefix(fid)),
+        (
+            layout::patch_key(fid, from, 0),
+            layout::patch_key_prefix(fid),
+        ),
+    ];
+    let mut out = Vec::new();
+    for (lo, mut hi) in ranges {
+        // Past every key of the prefix (those are 8 or 12 bytes longer).
+        hi.extend_from_slice(&[0xff; 13]);
+        let keys = coll.scan(
+            Bound::Included(&lo[..]),
+            Bound::Excluded(&hi[..]),
+            Direction::Forward,
+        )?;
+        for k in keys.keys() {
+            out.push(k?);
+        }
+    }
+    Ok(out)
 }
 
 /// Highest inode id (fid) stored in a collection, 0 when none.
@@ -179,11 +221,7 @@ pub fn write_document(
                 batch.put(collection, &layout::inode_key(fid), &rec.encode());
             } else {
                 batch.delete(collection, &layout::inode_key(fid));
-                for item in coll
-                    .scan_prefix(&layout::chunk_key_prefix(fid), Direction::Forward)
-                    .map_err(|e| FsError::engine(what(), e))?
-                {
-                    let (k, _) = item.map_err(|e| FsError::engine(what(), e))?;
+                for k in data_keys(&coll, fid, 0).map_err(|e| FsError::engine(what(), e))? {
                     batch.delete(collection, &k);
                 }
             }

@@ -455,21 +455,49 @@ impl State {
             let wend = end.min(chunk_end);
             let off = (pos - start) as usize;
             let src = &data[(pos - offset) as usize..(wend - offset) as usize];
-            let have = self.node(ino)?.dirty.contains_key(&idx);
-            if !have {
-                let covers = off == 0 && (wend >= chunk_end || wend >= size);
-                let base = if covers {
-                    Vec::new()
-                } else {
-                    self.load_chunk(ino, idx)?
-                };
-                let n = self.node_mut(ino)?;
-                n.dirty_bytes += base.len();
-                n.dirty.insert(idx, Chunk { data: base });
+            // Whole pages (the last may end at the end of the file) with no gap after
+            // the chunk's bytes: the chunk's stored bytes need not be read for it.
+            let pages_only = |len: usize| {
+                let page = layout::PATCH_PAGE as usize;
+                let end = (wend - start) as usize;
+                cs.div_ceil(layout::PATCH_PAGE) <= 64
+                    && off.is_multiple_of(page)
+                    && (end.is_multiple_of(page) || wend >= size)
+                    && off <= len
+            };
+            match self.node(ino)?.dirty.get(&idx) {
+                Some(c) if c.unread && !pages_only(c.data.len()) => self.fill_chunk(ino, idx)?,
+                Some(_) => {}
+                None => {
+                    let covers = off == 0 && (wend >= chunk_end || wend >= size);
+                    let visible = size.saturating_sub(start).min(cs) as usize;
+                    let chunk = if covers {
+                        Chunk::whole(Vec::new())
+                    } else if cs != u64::MAX && pages_only(visible) {
+                        // The stored bytes are read only if something needs them.
+                        Chunk {
+                            data: vec![0; visible],
+                            pages: Some(0),
+                            unread: true,
+                        }
+                    } else {
+                        // Read back: only the pages this and later writes change need
+                        // writing (as patches) when the chunk is stored.
+                        Chunk {
+                            data: self.load_chunk(ino, idx)?,
+                            pages: (cs != u64::MAX).then_some(0),
+                            unread: false,
+                        }
+                    };
+                    let n = self.node_mut(ino)?;
+                    n.dirty_bytes += chunk.data.len();
+                    n.dirty.insert(idx, chunk);
+                }
             }
             let n = self.node_mut(ino)?;
             let c = n.dirty.get_mut(&idx).ok_or(e(libc::EIO))?;
             let before = c.data.len();
+            c.touch(before.min(off), off + src.len());
             // Zero only a gap before the write; bytes past the end are appended.
             if before < off {
                 c.data.resize(off, 0);
@@ -527,7 +555,7 @@ impl State {
             }
             n.docs_dirty = true;
             n.dirty_bytes = data.len();
-            n.dirty.insert(0, Chunk { data });
+            n.dirty.insert(0, Chunk::whole(data));
         } else if new < old {
             let from = new.div_ceil(cs);
             let partial = (!new.is_multiple_of(cs)).then_some(new / cs);
@@ -539,7 +567,7 @@ impl State {
             n.dirty.retain(|&idx, _| idx * cs < new);
             if let Some((idx, mut data)) = tail {
                 data.truncate((new - idx * cs) as usize);
-                n.dirty.insert(idx, Chunk { data });
+                n.dirty.insert(idx, Chunk::whole(data));
             }
             n.dirty_bytes = n.dirty.values().map(|c| c.data.len()).sum();
             n.delete_chunks_from = Some(n.delete_chunks_from.map_or(from, |f| f.min(from)));
@@ -582,6 +610,7 @@ impl State {
                     (start + cs).min(end)
                 };
                 let (a, z) = ((pos - start) as usize, (cend - start) as usize);
+                self.fill_chunk(ino, idx)?;
                 let n = self.node(ino)?;
                 let src = match n.dirty.get(&idx) {
                     Some(c) => {
@@ -590,6 +619,12 @@ impl State {
                         ReadSource::Bytes(b)
                     }
                     None => match self.chunk_location(ino, idx)? {
+                        Some(key) if n.storage == Storage::Chunked => {
+                            let patches = n.patches.get(&idx).copied().unwrap_or(0);
+                            push_stored(&mut parts, key, (n.fid, idx), patches, a, z);
+                            pos = cend;
+                            continue;
+                        }
                         Some(key) => ReadSource::Key { key, a, z },
                         None => ReadSource::Bytes(vec![0; z - a]),
                     },
@@ -641,6 +676,45 @@ impl State {
         } else {
             Err(e(libc::EOPNOTSUPP))
         }
+    }
+}
+
+/// Adds the pieces of bytes `a..z` of stored chunk `idx` of file `fid` to a read: the
+/// pages in `patches` from their patch records, runs of the others from the chunk.
+fn push_stored(
+    parts: &mut Vec<ReadSource>,
+    chunk: Vec<u8>,
+    (fid, idx): (u64, u64),
+    patches: u64,
+    a: usize,
+    z: usize,
+) {
+    if patches & crate::state::page_mask(a as u64, z as u64) == 0 {
+        parts.push(ReadSource::Key { key: chunk, a, z });
+        return;
+    }
+    let page = layout::PATCH_PAGE as usize;
+    let mut pos = a;
+    while pos < z {
+        let p = pos / page;
+        let end = ((p + 1) * page).min(z);
+        if p < 64 && patches & (1 << p) != 0 {
+            let key = layout::patch_key(fid, idx, p as u32);
+            let (pa, pz) = (pos - p * page, end - p * page);
+            parts.push(ReadSource::Key { key, a: pa, z: pz });
+        } else {
+            match parts.last_mut() {
+                Some(ReadSource::Key { key, z: last, .. }) if *key == chunk && *last == pos => {
+                    *last = end;
+                }
+                _ => parts.push(ReadSource::Key {
+                    key: chunk.clone(),
+                    a: pos,
+                    z: end,
+                }),
+            }
+        }
+        pos = end;
     }
 }
 

@@ -1,9 +1,11 @@
 //! How the filesystem maps onto engine keys (see `ARCHITECTURE.md`).
 //!
 //! Inside a collection, a user document key never starts with a NUL byte (paths
-//! cannot contain NUL). Filesystem metadata lives under three NUL-prefixed ranges:
+//! cannot contain NUL). Filesystem metadata lives under four NUL-prefixed ranges:
 //!
 //! * `\0C` fid(be64) idx(be64) — chunk `idx` of a chunked file;
+//! * `\0P` fid(be64) idx(be64) page(be32) — a newer copy of one [`PATCH_PAGE`] of
+//!   chunk `idx` (a small write committed without rewriting the chunk);
 //! * `\0I` fid(be64)           — inode record (attributes, xattrs, symlink target);
 //! * `\0N` path                — name record: the path is a link to inode `fid`.
 //!
@@ -14,6 +16,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Prefix of chunk records.
 pub const CHUNK_PREFIX: &[u8] = b"\0C";
+/// Prefix of page patches of chunks.
+pub const PATCH_PREFIX: &[u8] = b"\0P";
+/// Bytes of chunk a patch replaces (the last page of a chunk's data may be shorter).
+pub const PATCH_PAGE: u64 = 4096;
 /// Prefix of inode records.
 pub const INODE_PREFIX: &[u8] = b"\0I";
 /// Prefix of name records.
@@ -41,6 +47,32 @@ pub fn chunk_index(key: &[u8], fid: u64) -> Option<u64> {
     let p = chunk_key_prefix(fid);
     let rest = key.strip_prefix(p.as_slice())?;
     Some(u64::from_be_bytes(rest.try_into().ok()?))
+}
+
+/// Key of the patch of page `page` of chunk `idx` of file `fid`.
+pub fn patch_key(fid: u64, idx: u64, page: u32) -> Vec<u8> {
+    let mut k = Vec::with_capacity(22);
+    k.extend_from_slice(PATCH_PREFIX);
+    k.extend_from_slice(&fid.to_be_bytes());
+    k.extend_from_slice(&idx.to_be_bytes());
+    k.extend_from_slice(&page.to_be_bytes());
+    k
+}
+
+/// Prefix of every patch key of file `fid`.
+pub fn patch_key_prefix(fid: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(10);
+    k.extend_from_slice(PATCH_PREFIX);
+    k.extend_from_slice(&fid.to_be_bytes());
+    k
+}
+
+/// (fid, chunk index, page) of a patch key.
+pub fn patch_location(key: &[u8]) -> Option<(u64, u64, u32)> {
+    let rest: &[u8; 20] = key.strip_prefix(PATCH_PREFIX)?.try_into().ok()?;
+    let fid = u64::from_be_bytes(rest[..8].try_into().ok()?);
+    let idx = u64::from_be_bytes(rest[8..16].try_into().ok()?);
+    Some((fid, idx, u32::from_be_bytes(rest[16..].try_into().ok()?)))
 }
 
 /// Key of the inode record of `fid`.
@@ -403,6 +435,15 @@ mod tests {
         assert_eq!(chunk_index(&chunk_key(5, 9), 5), Some(9));
         assert_eq!(chunk_index(&chunk_key(5, 9), 6), None);
         assert_eq!(inode_key_fid(&inode_key(77)), Some(77));
+        let p = patch_key(5, 9, 15);
+        assert_eq!(patch_location(&p), Some((5, 9, 15)));
+        assert!(p.starts_with(&patch_key_prefix(5)) && is_internal_key(&p));
+        assert_eq!(chunk_index(&p, 5), None, "a patch is not a chunk");
+        assert_eq!(patch_location(&chunk_key(5, 9)), None);
+        assert!(
+            patch_key(5, 9, 15) < patch_key(5, 10, 0)
+                && patch_key(5, u64::MAX, 9) < patch_key(6, 0, 0)
+        );
         assert!(is_internal_key(&name_key(b"a")));
         assert_eq!(split_path(b"a/b/c").map(|v| v.len()), Some(3));
         for bad in [&b""[..], b"/a", b"a//b", b"a/", b"./a", b"a/../b", b"\0x"] {

@@ -234,13 +234,31 @@ pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine:
             }
         }
     }
+    // Patches of chunks: which pages of which stored chunks are newer. One that no
+    // loaded chunked file can use (its inode is an orphan, or the file is inline
+    // now) is deleted.
+    for k in c
+        .scan_prefix(layout::PATCH_PREFIX, Direction::Forward)?
+        .keys()
+    {
+        let k = k?;
+        let node = layout::patch_location(&k).and_then(|(fid, idx, page)| {
+            let n = st.nodes.get_mut(fid_ino.get(&fid)?)?;
+            let pages = n.chunk_size.div_ceil(layout::PATCH_PAGE);
+            let usable = n.kind == Kind::File && n.storage == Storage::Chunked;
+            (usable && u64::from(page) < pages.min(64)).then_some((n, idx, page))
+        });
+        match node {
+            Some((n, idx, page)) => *n.patches.entry(idx).or_default() |= 1 << page,
+            None => cleanup.delete(name, k),
+        }
+    }
     // Inodes no name refers to: unlinked while open when the daemon stopped.
     for (fid, r) in &recs {
         if !used_fids.contains(fid) && Some(fid) != names.get(&b""[..]) {
             cleanup.delete(name, layout::inode_key(*fid));
             if r.kind == Kind::File {
-                for item in c.scan_prefix(&layout::chunk_key_prefix(*fid), Direction::Forward)? {
-                    let (k, _) = item?;
+                for k in crate::document::data_keys(&c, *fid, 0)? {
                     cleanup.delete(name, k);
                 }
             }

@@ -9,7 +9,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::time::SystemTime;
 
-use basalt_engine::{BatchOp, Db, Direction, WriteBatch};
+use basalt_engine::{BatchOp, Db, WriteBatch};
 
 use crate::layout::{self, InodeRecord, Kind, Manifest, Storage};
 
@@ -26,6 +26,45 @@ pub const FILE_DIRTY_LIMIT: usize = 8 << 20;
 #[derive(Debug, Default)]
 pub struct Chunk {
     pub data: Vec<u8>,
+    /// Pages ([`layout::PATCH_PAGE`]) changed since the chunk was read from the engine
+    /// (bit p = page p), which a flush may write as patches; `None`: the chunk is
+    /// written whole.
+    pub pages: Option<u64>,
+    /// The chunk's stored bytes were never read: only the bytes of `pages` are valid
+    /// (whole-page writes need no read-back). [`State::load_chunk`] fills in the rest.
+    pub unread: bool,
+}
+
+impl Chunk {
+    /// A chunk that is written whole at the next flush.
+    pub fn whole(data: Vec<u8>) -> Chunk {
+        Chunk {
+            data,
+            pages: None,
+            unread: false,
+        }
+    }
+
+    /// Records that bytes `a..z` of the chunk changed.
+    pub fn touch(&mut self, a: usize, z: usize) {
+        if let Some(p) = &mut self.pages {
+            *p |= page_mask(a as u64, z as u64);
+        }
+    }
+}
+
+/// Pages per chunk up to which small writes are committed as patches (one bit each).
+const MAX_PATCHED_PAGES: u64 = 64;
+
+/// Bits of the pages holding bytes `a..z` of a chunk (pages past the 64th ignored).
+pub fn page_mask(a: u64, z: u64) -> u64 {
+    let (first, last) = (a / layout::PATCH_PAGE, z.div_ceil(layout::PATCH_PAGE));
+    (first..last.min(MAX_PATCHED_PAGES)).fold(0, |m, p| m | 1 << p)
+}
+
+/// The pages set in a patch bitmap.
+pub fn pages_of(mask: u64) -> impl Iterator<Item = u32> {
+    (0..64u32).filter(move |p| mask & (1 << p) != 0)
 }
 
 /// An inode in memory.
@@ -67,6 +106,9 @@ pub struct Node {
     pub meta_dirty: bool,
     /// Dirty chunks by index.
     pub dirty: BTreeMap<u64, Chunk>,
+    /// Pages of stored chunks that have a newer patch record, by chunk index (bit p =
+    /// page p). Loaded at mount; reads take those pages from the patches.
+    pub patches: BTreeMap<u64, u64>,
     pub dirty_bytes: usize,
     /// Stored chunks at or beyond this index are stale and must be deleted.
     pub delete_chunks_from: Option<u64>,
@@ -124,6 +166,7 @@ impl Node {
             persisted: false,
             meta_dirty: false,
             dirty: BTreeMap::new(),
+            patches: BTreeMap::new(),
             dirty_bytes: 0,
             delete_chunks_from: None,
             docs_dirty: false,
@@ -388,21 +431,73 @@ impl State {
         Ok(())
     }
 
-    /// Reads one stored chunk (or the inline document) of a file.
+    /// The current bytes of one chunk (or of an inline file): dirty ones from memory
+    /// (with the stored bytes under the pages an unread chunk did not write), others
+    /// from the engine.
     pub fn load_chunk(&self, ino: u64, idx: u64) -> Result<Vec<u8>, Errno> {
         let n = self.node(ino)?;
-        if let Some(c) = n.dirty.get(&idx) {
-            return Ok(c.data.clone());
+        match n.dirty.get(&idx) {
+            Some(c) if c.unread => {
+                let mut data = self.stored_chunk(ino, idx)?;
+                data.resize(c.data.len(), 0);
+                for p in pages_of(c.pages.unwrap_or(0)) {
+                    let a = (p as u64 * layout::PATCH_PAGE) as usize;
+                    let z = (a + layout::PATCH_PAGE as usize).min(data.len());
+                    data[a..z].copy_from_slice(&c.data[a..z]);
+                }
+                Ok(data)
+            }
+            Some(c) => Ok(c.data.clone()),
+            None => self.stored_chunk(ino, idx),
         }
+    }
+
+    /// Makes an unread dirty chunk whole in memory (reads its stored bytes).
+    pub fn fill_chunk(&mut self, ino: u64, idx: u64) -> Result<(), Errno> {
+        if !self.node(ino)?.dirty.get(&idx).is_some_and(|c| c.unread) {
+            return Ok(());
+        }
+        let data = self.load_chunk(ino, idx)?;
+        if let Some(c) = self.node_mut(ino)?.dirty.get_mut(&idx) {
+            c.data = data;
+            c.unread = false;
+        }
+        Ok(())
+    }
+
+    /// One chunk as stored (chunk record with its patches; inline document), ignoring
+    /// dirty bytes.
+    fn stored_chunk(&self, ino: u64, idx: u64) -> Result<Vec<u8>, Errno> {
+        let n = self.node(ino)?;
         let key = self.chunk_location(ino, idx)?;
         let coll = self.coll_name(n.coll)?;
-        match key {
-            None => Ok(Vec::new()),
-            Some(k) => match self.db.get(coll, &k) {
-                Ok(v) => Ok(v.unwrap_or_default()),
-                Err(e) => Err(engine_err(coll, &k, &e)),
-            },
+        let Some(k) = key else {
+            return Ok(Vec::new());
+        };
+        let mut data = match self.db.get(coll, &k) {
+            Ok(v) => v.unwrap_or_default(),
+            Err(e) => return Err(engine_err(coll, &k, &e)),
+        };
+        let mask = n.patches.get(&idx).copied().unwrap_or(0);
+        if n.storage == Storage::Chunked && mask != 0 {
+            let keys: Vec<Vec<u8>> = pages_of(mask)
+                .map(|p| layout::patch_key(n.fid, idx, p))
+                .collect();
+            let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+            let got = self
+                .db
+                .multi_get(coll, &refs)
+                .map_err(|e| engine_err(coll, &keys[0], &e))?;
+            for (p, v) in pages_of(mask).zip(got) {
+                let v = v.unwrap_or_default();
+                let a = (p as u64 * layout::PATCH_PAGE) as usize;
+                if data.len() < a + v.len() {
+                    data.resize(a + v.len(), 0);
+                }
+                data[a..a + v.len()].copy_from_slice(&v);
+            }
         }
+        Ok(data)
     }
 
     /// Engine key holding chunk `idx` as stored (None: a hole or stale).
@@ -447,7 +542,7 @@ impl State {
         n.delete_chunks_from = Some(0);
         if !data.is_empty() || n.size > 0 {
             let len = data.len();
-            n.dirty.insert(0, Chunk { data });
+            n.dirty.insert(0, Chunk::whole(data));
             n.dirty_bytes += len;
         }
         n.meta_dirty = true;
@@ -466,6 +561,21 @@ impl State {
             self.dirty_nodes.remove(&ino);
             return Ok(());
         }
+        // Unread chunks that will be written whole need their stored bytes first.
+        let (size, cs) = (n.size, n.chunk_size);
+        let fill: Vec<u64> = (n.dirty.iter())
+            .filter(|&(&idx, c)| {
+                let stale = n.delete_chunks_from.is_some_and(|f| idx >= f);
+                let had = n.patches.get(&idx).copied().unwrap_or(0);
+                let start = idx * cs;
+                c.unread && start < size && patch_pages(c, had, cs, size - start, stale).is_none()
+            })
+            .map(|(&idx, _)| idx)
+            .collect();
+        for idx in fill {
+            self.fill_chunk(ino, idx)?;
+        }
+        let n = self.node(ino)?;
         let coll = self.coll_name(n.coll)?.to_string();
         let linked = !n.links.is_empty() || self.colls.get(&n.coll).map(|c| c.root) == Some(ino);
         let needs_record = linked || n.open > 0;
@@ -499,7 +609,10 @@ impl State {
         }
         let n = self.node_mut(ino)?;
         let (size, cs, fid) = (n.size, n.chunk_size, n.fid);
+        let stale_from = n.delete_chunks_from;
         let mut dirty = std::mem::take(&mut n.dirty);
+        // Patch bitmaps as they will be once the batch is written (0: no patches left).
+        let mut patched: Vec<(u64, u64)> = Vec::new();
         if let Some((path, base)) = inline_path {
             let mut data = match base {
                 Some(d) => d,
@@ -508,12 +621,38 @@ impl State {
             data.resize(size as usize, 0);
             b.put(&coll, path, data);
         } else if n.kind == Kind::File && n.storage == Storage::Chunked {
-            for (idx, c) in std::mem::take(&mut dirty) {
+            for (idx, mut c) in std::mem::take(&mut dirty) {
                 let start = idx * cs;
-                if start < size {
-                    let mut data = c.data;
-                    data.truncate((size - start).min(cs) as usize);
-                    b.put(&coll, layout::chunk_key(fid, idx), data);
+                if start >= size {
+                    continue;
+                }
+                let had = n.patches.get(&idx).copied().unwrap_or(0);
+                let stale = stale_from.is_some_and(|f| idx >= f);
+                let patch = patch_pages(&c, had, cs, size - start, stale);
+                c.data.truncate((size - start).min(cs) as usize);
+                match patch {
+                    Some(pages) => {
+                        let len = c.data.len() as u64;
+                        for p in pages_of(pages) {
+                            let a = p as u64 * layout::PATCH_PAGE;
+                            let z = (a + layout::PATCH_PAGE).min(len);
+                            let page = c.data[a as usize..z as usize].to_vec();
+                            b.put(&coll, layout::patch_key(fid, idx, p), page);
+                        }
+                        patched.push((idx, had | pages));
+                        // Kept (not moved into the batch): restored if it is refused.
+                        dirty.insert(idx, c);
+                    }
+                    None => {
+                        debug_assert!(!c.unread, "filled before the flush");
+                        for p in pages_of(had) {
+                            b.delete(&coll, layout::patch_key(fid, idx, p));
+                        }
+                        if had != 0 {
+                            patched.push((idx, 0));
+                        }
+                        b.put(&coll, layout::chunk_key(fid, idx), c.data);
+                    }
                 }
             }
             let m = Manifest {
@@ -533,6 +672,15 @@ impl State {
             return Err(errno);
         }
         let n = self.node_mut(ino)?;
+        if let Some(from) = stale_from {
+            n.patches.split_off(&from);
+        }
+        for (idx, mask) in patched {
+            match mask {
+                0 => n.patches.remove(&idx),
+                m => n.patches.insert(idx, m),
+            };
+        }
         n.dirty_bytes = 0;
         n.delete_chunks_from = None;
         n.docs_dirty = false;
@@ -547,24 +695,13 @@ impl State {
         Ok(())
     }
 
-    /// Keys of the stored chunks of file `fid` from index `from` on.
+    /// Keys of the stored chunks and patches of file `fid` from chunk `from` on.
     fn stored_chunk_keys(&self, coll: &str, fid: u64, from: u64) -> Result<Vec<Vec<u8>>, Errno> {
         let lo = layout::chunk_key(fid, from);
-        let mut hi = layout::chunk_key_prefix(fid);
-        hi.extend_from_slice(&[0xff; 9]);
-        let iter = self
-            .db
+        self.db
             .collection(coll)
-            .and_then(|c| {
-                c.scan(
-                    std::ops::Bound::Included(&lo[..]),
-                    std::ops::Bound::Excluded(&hi[..]),
-                    Direction::Forward,
-                )
-            })
-            .map_err(|e| engine_err(coll, &lo, &e))?;
-        iter.map(|item| item.map(|(k, _)| k).map_err(|e| engine_err(coll, &lo, &e)))
-            .collect()
+            .and_then(|c| crate::document::data_keys(&c, fid, from))
+            .map_err(|e| engine_err(coll, &lo, &e))
     }
 
     /// After a refused flush: puts the file's data from the batch back into its dirty
@@ -580,7 +717,7 @@ impl State {
                     false => layout::chunk_index(&key, fid),
                 };
                 if let Some(idx) = idx {
-                    dirty.entry(idx).or_insert(Chunk { data: value });
+                    dirty.entry(idx).or_insert(Chunk::whole(value));
                 }
             }
         }
@@ -610,14 +747,7 @@ impl State {
         let coll = self.coll_name(n.coll)?.to_string();
         b.delete(&coll, layout::inode_key(n.fid));
         if n.kind == Kind::File && !n.no_chunks {
-            let prefix = layout::chunk_key_prefix(n.fid);
-            let iter = self
-                .db
-                .collection(&coll)
-                .and_then(|c| c.scan_prefix(&prefix, Direction::Forward))
-                .map_err(|e| engine_err(&coll, &prefix, &e))?;
-            for item in iter {
-                let (k, _) = item.map_err(|e| engine_err(&coll, &prefix, &e))?;
+            for k in self.stored_chunk_keys(&coll, n.fid, 0)? {
                 b.delete(&coll, k);
             }
         }
@@ -633,6 +763,19 @@ impl State {
             }
         }
     }
+}
+
+/// The pages of a dirty chunk to write as patches, or `None` to write it whole: it is
+/// new or rewritten (`pages` unknown), its stored chunk is being deleted (`stale`),
+/// its chunk size has more than 64 pages, or the patches (`had` plus the new ones)
+/// would hold more than half of its bytes (at most `visible`: the file's bytes from
+/// the chunk's start on).
+fn patch_pages(c: &Chunk, had: u64, chunk_size: u64, visible: u64, stale: bool) -> Option<u64> {
+    let len = (c.data.len() as u64).min(visible).min(chunk_size);
+    let pages = c.pages? & page_mask(0, len);
+    let fits = chunk_size.div_ceil(layout::PATCH_PAGE) <= MAX_PATCHED_PAGES;
+    let small = u64::from((had | pages).count_ones()) * layout::PATCH_PAGE * 2 <= len;
+    (pages != 0 && !stale && fits && small).then_some(pages)
 }
 
 #[cfg(test)]

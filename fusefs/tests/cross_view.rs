@@ -4,7 +4,7 @@
 mod common;
 
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use basalt_fusefs::{mount, write_document, DocumentReader};
@@ -260,7 +260,7 @@ fn unlinked_files_leave_no_records() {
     let records = |db: &basalt_engine::Db| -> Vec<Vec<u8>> {
         let c = db.collection("c").unwrap();
         let mut keys: Vec<Vec<u8>> = Vec::new();
-        for p in [&b"\0I"[..], b"\0C"] {
+        for p in [&b"\0I"[..], b"\0C", b"\0P"] {
             for item in c.scan_prefix(p, basalt_engine::Direction::Forward).unwrap() {
                 keys.push(item.unwrap().0.to_vec());
             }
@@ -281,11 +281,20 @@ fn unlinked_files_leave_no_records() {
     std::fs::write(c.join("chunked"), pattern(2, 3 * chunk + 5)).unwrap();
     std::fs::write(c.join("shrunk"), pattern(3, 2 * chunk)).unwrap();
     shrink(&c.join("shrunk"), 100);
+    std::fs::write(c.join("patched"), pattern(5, 2 * chunk)).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(c.join("patched"))
+        .unwrap();
+    f.sync_all().unwrap();
+    f.write_all_at(&pattern(6, 4096), 4096).unwrap();
+    f.sync_data().unwrap(); // commits one page as a patch
+    drop(f);
     std::fs::write(c.join("linked"), pattern(4, 100)).unwrap();
     std::fs::hard_link(c.join("linked"), c.join("linked2")).unwrap();
     std::fs::remove_file(c.join("linked2")).unwrap();
     let mut open = std::fs::File::open(c.join("inline")).unwrap();
-    for name in ["inline", "chunked", "shrunk", "linked"] {
+    for name in ["inline", "chunked", "shrunk", "patched", "linked"] {
         std::fs::remove_file(c.join(name)).unwrap();
     }
     let mut got = Vec::new();
@@ -297,4 +306,158 @@ fn unlinked_files_leave_no_records() {
     let db = open_db(&data);
     let left = records(&db);
     assert_eq!(left.len(), baseline, "records left: {left:?}");
+}
+
+/// Engine bytes written (`user_bytes_written`) as the mount's stats report them.
+fn engine_bytes(mp: &Path) -> u64 {
+    let stats = std::fs::read_to_string(mp.join(".basalt/stats.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    v["engine"]["user_bytes_written"].as_u64().unwrap()
+}
+
+/// Writes `bytes` at `at` through `f`, and into `model`.
+fn model_write(f: &std::fs::File, model: &mut Vec<u8>, at: usize, bytes: Vec<u8>) {
+    f.write_all_at(&bytes, at as u64).unwrap();
+    if model.len() < at + bytes.len() {
+        model.resize(at + bytes.len(), 0);
+    }
+    model[at..at + bytes.len()].copy_from_slice(&bytes);
+}
+
+/// [`model_write`], then `fdatasync`.
+fn synced_write(f: &std::fs::File, model: &mut Vec<u8>, at: usize, bytes: Vec<u8>) {
+    model_write(f, model, at, bytes);
+    f.sync_data().unwrap();
+}
+
+/// Patch records (`\0P`) stored in collection `coll`.
+fn patch_records(db: &basalt_engine::Db, coll: &str) -> usize {
+    let c = db.collection(coll).unwrap();
+    let keys = c
+        .scan_prefix(b"\0P", basalt_engine::Direction::Forward)
+        .unwrap();
+    keys.keys().count()
+}
+
+/// Small writes each followed by `fdatasync` (a database's page writes) commit the
+/// pages they change as patch records instead of their whole 64 KiB chunks; the file
+/// reads the same through the mount, after a remount and through the engine API,
+/// also after truncates and once a chunk's patches are folded back into it.
+#[test]
+fn synced_small_writes_commit_their_pages_not_their_chunks() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
+    std::fs::create_dir_all(&mp).unwrap();
+    let chunk = basalt_fusefs::DEFAULT_CHUNK_SIZE;
+    let mut model = pattern(7, 8 * chunk + 3000);
+    let h = mount(open_db(&data), cfg(&mp)).unwrap();
+    let file = mp.join("db/pages.bin");
+    std::fs::create_dir(mp.join("db")).unwrap();
+    std::fs::write(&file, &model).unwrap();
+    let rw = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&file)
+            .unwrap()
+    };
+    let f = rw();
+    f.sync_all().unwrap();
+    // One aligned page in each chunk: every write is one patch.
+    let before = engine_bytes(&mp);
+    for i in 0..8 {
+        synced_write(
+            &f,
+            &mut model,
+            i * chunk + (i % 4) * 8192,
+            pattern(100 + i as u64, 4096),
+        );
+    }
+    let per_write = (engine_bytes(&mp) - before) / 8;
+    assert!(
+        per_write < 6 << 10,
+        "{per_write} engine bytes per synced 4 KiB write (a whole chunk is 64 KiB)"
+    );
+    // Random sizes and offsets: unaligned, across chunk boundaries, past the end,
+    // repeated pages; enough per chunk that some chunks are rewritten whole again.
+    let mut x = 0x5eed_u64;
+    let mut next = move |n: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % n as u64) as usize
+    };
+    for i in 0..96 {
+        let len = [1, 100, 4096, 5000, 9000][next(5)];
+        let at = next(model.len() + 2000);
+        synced_write(&f, &mut model, at, pattern(200 + i, len));
+    }
+    drop(f);
+    // Whole-page writes leave a chunk's stored bytes unread; a read, a partial write
+    // or a flush of the whole chunk then needs them. O_DIRECT: writes and reads reach
+    // the mount as they are, not as the page cache's pages.
+    let d = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&file)
+        .unwrap();
+    let page = 4096;
+    model_write(&d, &mut model, 3 * chunk + 2 * page, pattern(500, 2 * page));
+    let mut got = vec![0; chunk];
+    d.read_exact_at(&mut got, (3 * chunk) as u64).unwrap();
+    assert_bytes(
+        &got,
+        &model[3 * chunk..4 * chunk],
+        "chunk read before its flush",
+    );
+    model_write(&d, &mut model, 4 * chunk + 5 * page, pattern(501, page));
+    model_write(&d, &mut model, 4 * chunk + 777, pattern(502, 100));
+    model_write(&d, &mut model, 5 * chunk + page, pattern(503, 12 * page));
+    d.sync_all().unwrap();
+    d.read_exact_at(&mut got, (4 * chunk) as u64).unwrap();
+    assert_bytes(
+        &got,
+        &model[4 * chunk..5 * chunk],
+        "chunk after a partial write",
+    );
+    drop(d);
+    h.unmount().unwrap();
+    let db = open_db(&data);
+    assert!(
+        patch_records(&db, "db") > 0,
+        "some writes were committed as patches"
+    );
+    assert_bytes(&doc(&db, "db", "pages.bin"), &model, "engine view");
+    drop(db);
+    // A remount finds the patches: reads through the mount, then truncates into a
+    // patched chunk, grows the file and patches it again.
+    let h = mount(open_db(&data), cfg(&mp)).unwrap();
+    assert_bytes(&std::fs::read(&file).unwrap(), &model, "after remount");
+    let f = rw();
+    let cut = 5 * chunk + 6000;
+    f.set_len(cut as u64).unwrap();
+    model.truncate(cut);
+    f.set_len((7 * chunk) as u64).unwrap();
+    model.resize(7 * chunk, 0);
+    f.sync_all().unwrap();
+    synced_write(&f, &mut model, 5 * chunk + 40_000, pattern(400, 4096));
+    synced_write(&f, &mut model, 2 * chunk + 3 * 4096 + 17, pattern(401, 300));
+    drop(f);
+    h.unmount().unwrap();
+    let db = open_db(&data);
+    assert_bytes(
+        &doc(&db, "db", "pages.bin"),
+        &model,
+        "engine view after truncates",
+    );
+    drop(db);
+    let h = mount(open_db(&data), cfg(&mp)).unwrap();
+    assert_bytes(
+        &std::fs::read(&file).unwrap(),
+        &model,
+        "mount after truncates",
+    );
+    h.unmount().unwrap();
 }

@@ -415,6 +415,20 @@ fn synced_small_writes_commit_their_pages_not_their_chunks() {
     model_write(&d, &mut model, 4 * chunk + 5 * page, pattern(501, page));
     model_write(&d, &mut model, 4 * chunk + 777, pattern(502, 100));
     model_write(&d, &mut model, 5 * chunk + page, pattern(503, 12 * page));
+    for p in 0..chunk / page {
+        model_write(
+            &d,
+            &mut model,
+            6 * chunk + p * page,
+            pattern(600 + p as u64, page),
+        );
+    }
+    d.read_exact_at(&mut got, (6 * chunk) as u64).unwrap();
+    assert_bytes(
+        &got,
+        &model[6 * chunk..7 * chunk],
+        "chunk written page by page",
+    );
     d.sync_all().unwrap();
     d.read_exact_at(&mut got, (4 * chunk) as u64).unwrap();
     assert_bytes(

@@ -607,6 +607,7 @@ impl BasaltFs {
                         "collections": st.colls.len(),
                         "dirty_bytes": dirty,
                         "dirty_inodes": st.dirty_nodes.len(),
+                        "chunks": st.chunk_io.to_json(&st.nodes),
                         "chunk_size": st.chunk_size,
                         "writeback_cache": self.shared.opts.writeback_cache,
                         "readdirplus": self.shared.opts.readdirplus,

@@ -157,6 +157,7 @@ fn build_state(db: Db, chunk_size: u64) -> Result<State, FsError> {
         next_coll: 1,
         dirty_nodes: HashSet::new(),
         chunk_size,
+        chunk_io: Default::default(),
     };
     let mut root = Node::new(ROOT_INO, 0, 0, Kind::Dir, 0o755, now);
     root.nlink = 2;

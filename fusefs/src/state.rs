@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use basalt_engine::{BatchOp, Db, WriteBatch};
@@ -326,6 +327,40 @@ pub struct State {
     pub next_coll: u32,
     pub dirty_nodes: HashSet<u64>,
     pub chunk_size: u64,
+    pub chunk_io: ChunkIo,
+}
+
+/// What the mount did with stored chunks, for `/.basalt/stats.json`.
+#[derive(Debug, Default)]
+pub struct ChunkIo {
+    /// Stored chunks read back to change part of them (a partial write, a truncate,
+    /// an unread chunk filled in).
+    pub read_back: AtomicU64,
+    /// Chunks of chunked files written whole.
+    pub written_whole: AtomicU64,
+    /// Pages written as patches.
+    pub patch_pages: AtomicU64,
+}
+
+impl ChunkIo {
+    fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The counters, with the patches the files hold now, as JSON.
+    pub fn to_json(&self, nodes: &HashMap<u64, Node>) -> serde_json::Value {
+        let patched = nodes.values().flat_map(|n| n.patches.values());
+        let (chunks, pages) = patched.fold((0u64, 0u64), |(c, p), m| {
+            (c + 1, p + u64::from(m.count_ones()))
+        });
+        serde_json::json!({
+            "read_back": self.read_back.load(Ordering::Relaxed),
+            "written_whole": self.written_whole.load(Ordering::Relaxed),
+            "patch_pages_written": self.patch_pages.load(Ordering::Relaxed),
+            "patched_chunks": chunks,
+            "patched_pages": pages,
+        })
+    }
 }
 
 impl State {
@@ -478,6 +513,7 @@ impl State {
         let Some(k) = key else {
             return Ok(Vec::new());
         };
+        ChunkIo::add(&self.chunk_io.read_back, 1);
         let mut data = match self.db.get(coll, &k) {
             Ok(v) => v.unwrap_or_default(),
             Err(e) => return Err(engine_err(coll, &k, &e)),
@@ -617,6 +653,7 @@ impl State {
         let mut dirty = std::mem::take(&mut n.dirty);
         // Patch bitmaps as they will be once the batch is written (0: no patches left).
         let mut patched: Vec<(u64, u64)> = Vec::new();
+        let (mut whole, mut pages_written) = (0u64, 0u64);
         if let Some((path, base)) = inline_path {
             let mut data = match base {
                 Some(d) => d,
@@ -644,6 +681,7 @@ impl State {
                             b.put(&coll, layout::patch_key(fid, idx, p), page);
                         }
                         patched.push((idx, had | pages));
+                        pages_written += u64::from(pages.count_ones());
                         // Kept (not moved into the batch): restored if it is refused.
                         dirty.insert(idx, c);
                     }
@@ -656,6 +694,7 @@ impl State {
                             patched.push((idx, 0));
                         }
                         b.put(&coll, layout::chunk_key(fid, idx), c.data);
+                        whole += 1;
                     }
                 }
             }
@@ -675,6 +714,8 @@ impl State {
             self.keep_unwritten(ino, wb, dirty);
             return Err(errno);
         }
+        ChunkIo::add(&self.chunk_io.written_whole, whole);
+        ChunkIo::add(&self.chunk_io.patch_pages, pages_written);
         let n = self.node_mut(ino)?;
         if let Some(from) = stale_from {
             n.patches.split_off(&from);

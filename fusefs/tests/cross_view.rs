@@ -308,11 +308,24 @@ fn unlinked_files_leave_no_records() {
     assert_eq!(left.len(), baseline, "records left: {left:?}");
 }
 
-/// Engine bytes written (`user_bytes_written`) as the mount's stats report them.
-fn engine_bytes(mp: &Path) -> u64 {
+/// The mount's `/.basalt/stats.json`.
+fn stats(mp: &Path) -> serde_json::Value {
     let stats = std::fs::read_to_string(mp.join(".basalt/stats.json")).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&stats).unwrap();
-    v["engine"]["user_bytes_written"].as_u64().unwrap()
+    serde_json::from_str(&stats).unwrap()
+}
+
+/// Engine bytes written (`user_bytes_written`) and the mount's chunk counters: chunks
+/// read back, written whole, pages written as patches.
+fn write_counters(mp: &Path) -> [u64; 4] {
+    let v = stats(mp);
+    let c = &v["filesystem"]["chunks"];
+    let n = |x: &serde_json::Value| x.as_u64().unwrap();
+    [
+        n(&v["engine"]["user_bytes_written"]),
+        n(&c["read_back"]),
+        n(&c["written_whole"]),
+        n(&c["patch_pages_written"]),
+    ]
 }
 
 /// Writes `bytes` at `at` through `f`, and into `model`.
@@ -365,7 +378,7 @@ fn synced_small_writes_commit_their_pages_not_their_chunks() {
     let f = rw();
     f.sync_all().unwrap();
     // One aligned page in each chunk: every write is one patch.
-    let before = engine_bytes(&mp);
+    let before = write_counters(&mp);
     for i in 0..8 {
         synced_write(
             &f,
@@ -374,10 +387,28 @@ fn synced_small_writes_commit_their_pages_not_their_chunks() {
             pattern(100 + i as u64, 4096),
         );
     }
-    let per_write = (engine_bytes(&mp) - before) / 8;
+    let after = write_counters(&mp);
+    let per_write = (after[0] - before[0]) / 8;
     assert!(
         per_write < 6 << 10,
         "{per_write} engine bytes per synced 4 KiB write (a whole chunk is 64 KiB)"
+    );
+    assert_eq!(
+        [
+            after[1] - before[1],
+            after[2] - before[2],
+            after[3] - before[3]
+        ],
+        [0, 0, 8],
+        "chunks read back, written whole, pages patched"
+    );
+    let patched = &stats(&mp)["filesystem"]["chunks"];
+    assert_eq!(
+        (
+            patched["patched_chunks"].as_u64(),
+            patched["patched_pages"].as_u64()
+        ),
+        (Some(8), Some(8))
     );
     // Random sizes and offsets: unaligned, across chunk boundaries, past the end,
     // repeated pages; enough per chunk that some chunks are rewritten whole again.

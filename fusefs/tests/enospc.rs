@@ -77,6 +77,24 @@ fn a_full_disk_fails_with_enospc_and_the_refused_data_is_kept_until_space_is_fre
     assert_eq!(refused.raw_os_error(), Some(libc::ENOSPC), "{refused}");
     assert_bytes(&read_all(&mp.join("c/small.bin")), &small, "fsynced file");
 
+    // Synced 4 KiB writes into the fsynced file while the disk is full (each would be
+    // a page patch): a refused one stays in the mount and is stored later.
+    let mut small_now = small.clone();
+    let g = std::fs::OpenOptions::new()
+        .write(true)
+        .open(mp.join("c/small.bin"))
+        .unwrap();
+    let mut pages_refused = 0;
+    for i in 0..4usize {
+        let (at, page) = (i * 65536 + 8192, pattern(10 + i as u64, 4096));
+        g.write_all_at(&page, at as u64).unwrap();
+        small_now[at..at + 4096].copy_from_slice(&page);
+        if let Err(e) = g.sync_data() {
+            assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+            pages_refused += 1;
+        }
+    }
+
     // Free space. Writes that were acknowledged are still in the mount; only those
     // the kernel refused are written again, then fsync stores everything.
     std::fs::remove_file(&ballast).unwrap();
@@ -96,18 +114,23 @@ fn a_full_disk_fails_with_enospc_and_the_refused_data_is_kept_until_space_is_fre
         &big,
         "big file after fsync",
     );
+    assert!(
+        (0..3).any(|_| g.sync_data().is_ok()),
+        "page writes not stored after space was freed"
+    );
+    drop(g);
     h.unmount().unwrap();
 
     let h = mount(open_db(&data), cfg).unwrap();
     assert_bytes(
         &read_all(&mp.join("c/small.bin")),
-        &small,
-        "small after remount",
+        &small_now,
+        "small (with its page writes) after remount",
     );
     assert_bytes(&read_all(&mp.join("c/big.bin")), &big, "big after remount");
     h.unmount().unwrap();
     println!(
-        "ENOSPC after {acked} acknowledged 1 MiB writes ({refused}); after freeing space \
-         both files intact across remount"
+        "ENOSPC after {acked} acknowledged 1 MiB writes ({refused}); {pages_refused} of 4 \
+         synced page writes refused; after freeing space both files intact across remount"
     );
 }

@@ -460,7 +460,7 @@ impl State {
             let pages_only = |len: usize| {
                 let page = layout::PATCH_PAGE as usize;
                 let end = (wend - start) as usize;
-                cs.div_ceil(layout::PATCH_PAGE) <= 64
+                crate::state::patchable(cs)
                     && off.is_multiple_of(page)
                     && (end.is_multiple_of(page) || wend >= size)
                     && off <= len
@@ -698,7 +698,7 @@ fn push_stored(
     while pos < z {
         let p = pos / page;
         let end = ((p + 1) * page).min(z);
-        if p < 64 && patches & (1 << p) != 0 {
+        if (p as u64) < crate::state::MAX_PATCHED_PAGES && patches & (1 << p) != 0 {
             let key = layout::patch_key(fid, idx, p as u32);
             let (pa, pz) = (pos - p * page, end - p * page);
             parts.push(ReadSource::Key { key, a: pa, z: pz });

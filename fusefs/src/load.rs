@@ -245,8 +245,10 @@ pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine:
         let node = layout::patch_location(&k).and_then(|(fid, idx, page)| {
             let n = st.nodes.get_mut(fid_ino.get(&fid)?)?;
             let pages = n.chunk_size.div_ceil(layout::PATCH_PAGE);
-            let usable = n.kind == Kind::File && n.storage == Storage::Chunked;
-            (usable && u64::from(page) < pages.min(64)).then_some((n, idx, page))
+            let usable = n.kind == Kind::File
+                && n.storage == Storage::Chunked
+                && crate::state::patchable(n.chunk_size);
+            (usable && u64::from(page) < pages).then_some((n, idx, page))
         });
         match node {
             Some((n, idx, page)) => *n.patches.entry(idx).or_default() |= 1 << page,

@@ -55,7 +55,12 @@ impl Chunk {
 }
 
 /// Pages per chunk up to which small writes are committed as patches (one bit each).
-const MAX_PATCHED_PAGES: u64 = 64;
+pub const MAX_PATCHED_PAGES: u64 = 64;
+
+/// Whether chunks of `chunk_size` bytes take patches (at most [`MAX_PATCHED_PAGES`]).
+pub fn patchable(chunk_size: u64) -> bool {
+    chunk_size.div_ceil(layout::PATCH_PAGE) <= MAX_PATCHED_PAGES
+}
 
 /// Bits of the pages holding bytes `a..z` of a chunk (pages past the 64th ignored).
 pub fn page_mask(a: u64, z: u64) -> u64 {
@@ -818,7 +823,7 @@ impl State {
 fn patch_pages(c: &Chunk, had: u64, chunk_size: u64, visible: u64, stale: bool) -> Option<u64> {
     let len = (c.data.len() as u64).min(visible).min(chunk_size);
     let pages = c.pages? & page_mask(0, len);
-    let fits = chunk_size.div_ceil(layout::PATCH_PAGE) <= MAX_PATCHED_PAGES;
+    let fits = patchable(chunk_size);
     let small = u64::from((had | pages).count_ones()) * layout::PATCH_PAGE * 2 <= len;
     (pages != 0 && !stale && fits && small).then_some(pages)
 }

@@ -120,8 +120,8 @@ impl ChunkStream {
             // Holes and short chunks read as zeros up to the file size.
             data.resize(want, 0);
             // Newer copies of some of its pages (small writes committed alone).
-            let prefix = &layout::patch_key(self.fid, idx, 0)[..18];
-            let patches = self.coll.scan_prefix(prefix, Direction::Forward);
+            let prefix = layout::patch_chunk_prefix(self.fid, idx);
+            let patches = self.coll.scan_prefix(&prefix, Direction::Forward);
             for item in patches.map_err(|e| io::Error::from_raw_os_error(e.errno()))? {
                 let (k, v) = item.map_err(|e| io::Error::from_raw_os_error(e.errno()))?;
                 if let Some((_, _, p)) = layout::patch_location(&k) {

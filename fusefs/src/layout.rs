@@ -25,21 +25,24 @@ pub const INODE_PREFIX: &[u8] = b"\0I";
 /// Prefix of name records.
 pub const NAME_PREFIX: &[u8] = b"\0N";
 
+/// `prefix` followed by `parts` (big-endian numbers).
+fn key(prefix: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + parts.iter().map(|p| p.len()).sum::<usize>());
+    k.extend_from_slice(prefix);
+    for p in parts {
+        k.extend_from_slice(p);
+    }
+    k
+}
+
 /// Key of chunk `idx` of file `fid`.
 pub fn chunk_key(fid: u64, idx: u64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(18);
-    k.extend_from_slice(CHUNK_PREFIX);
-    k.extend_from_slice(&fid.to_be_bytes());
-    k.extend_from_slice(&idx.to_be_bytes());
-    k
+    key(CHUNK_PREFIX, &[&fid.to_be_bytes(), &idx.to_be_bytes()])
 }
 
 /// Prefix of every chunk key of file `fid`.
 pub fn chunk_key_prefix(fid: u64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(10);
-    k.extend_from_slice(CHUNK_PREFIX);
-    k.extend_from_slice(&fid.to_be_bytes());
-    k
+    key(CHUNK_PREFIX, &[&fid.to_be_bytes()])
 }
 
 /// Chunk index encoded in a chunk key, if it is one of `fid`'s.
@@ -51,20 +54,18 @@ pub fn chunk_index(key: &[u8], fid: u64) -> Option<u64> {
 
 /// Key of the patch of page `page` of chunk `idx` of file `fid`.
 pub fn patch_key(fid: u64, idx: u64, page: u32) -> Vec<u8> {
-    let mut k = Vec::with_capacity(22);
-    k.extend_from_slice(PATCH_PREFIX);
-    k.extend_from_slice(&fid.to_be_bytes());
-    k.extend_from_slice(&idx.to_be_bytes());
-    k.extend_from_slice(&page.to_be_bytes());
-    k
+    let (f, i, p) = (fid.to_be_bytes(), idx.to_be_bytes(), page.to_be_bytes());
+    key(PATCH_PREFIX, &[&f, &i, &p])
+}
+
+/// Prefix of every patch key of chunk `idx` of file `fid`.
+pub fn patch_chunk_prefix(fid: u64, idx: u64) -> Vec<u8> {
+    key(PATCH_PREFIX, &[&fid.to_be_bytes(), &idx.to_be_bytes()])
 }
 
 /// Prefix of every patch key of file `fid`.
 pub fn patch_key_prefix(fid: u64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(10);
-    k.extend_from_slice(PATCH_PREFIX);
-    k.extend_from_slice(&fid.to_be_bytes());
-    k
+    key(PATCH_PREFIX, &[&fid.to_be_bytes()])
 }
 
 /// (fid, chunk index, page) of a patch key.
@@ -77,10 +78,7 @@ pub fn patch_location(key: &[u8]) -> Option<(u64, u64, u32)> {
 
 /// Key of the inode record of `fid`.
 pub fn inode_key(fid: u64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(10);
-    k.extend_from_slice(INODE_PREFIX);
-    k.extend_from_slice(&fid.to_be_bytes());
-    k
+    key(INODE_PREFIX, &[&fid.to_be_bytes()])
 }
 
 /// The fid of an inode key.
@@ -438,6 +436,9 @@ mod tests {
         let p = patch_key(5, 9, 15);
         assert_eq!(patch_location(&p), Some((5, 9, 15)));
         assert!(p.starts_with(&patch_key_prefix(5)) && is_internal_key(&p));
+        assert!(
+            p.starts_with(&patch_chunk_prefix(5, 9)) && !p.starts_with(&patch_chunk_prefix(5, 1))
+        );
         assert_eq!(chunk_index(&p, 5), None, "a patch is not a chunk");
         assert_eq!(patch_location(&chunk_key(5, 9)), None);
         assert!(

@@ -252,6 +252,23 @@ impl Node {
         self.kind == Kind::Dir
     }
 
+    /// The pages of dirty chunk `idx` (`c`) a flush writes as patches, or `None` to
+    /// write it whole: it is new or rewritten (`pages` unknown), its stored chunk is
+    /// being deleted by a truncate, its chunk size is not [`patchable`], or its
+    /// patches (stored plus new) would hold more than half of its bytes within the
+    /// file.
+    pub fn patch_pages(&self, idx: u64, c: &Chunk) -> Option<u64> {
+        let (cs, start) = (self.chunk_size, idx * self.chunk_size);
+        let len = (c.data.len() as u64)
+            .min(self.size.saturating_sub(start))
+            .min(cs);
+        let pages = c.pages? & page_mask(0, len);
+        let had = self.patches.get(&idx).copied().unwrap_or(0);
+        let stale = self.delete_chunks_from.is_some_and(|f| idx >= f);
+        let small = u64::from((had | pages).count_ones()) * layout::PATCH_PAGE * 2 <= len;
+        (pages != 0 && !stale && patchable(cs) && small).then_some(pages)
+    }
+
     pub fn has_dirty_data(&self) -> bool {
         !self.dirty.is_empty() || self.delete_chunks_from.is_some() || self.docs_dirty
     }
@@ -607,13 +624,9 @@ impl State {
             return Ok(());
         }
         // Unread chunks that will be written whole need their stored bytes first.
-        let (size, cs) = (n.size, n.chunk_size);
         let fill: Vec<u64> = (n.dirty.iter())
             .filter(|&(&idx, c)| {
-                let stale = n.delete_chunks_from.is_some_and(|f| idx >= f);
-                let had = n.patches.get(&idx).copied().unwrap_or(0);
-                let start = idx * cs;
-                c.unread && start < size && patch_pages(c, had, cs, size - start, stale).is_none()
+                c.unread && idx * n.chunk_size < n.size && n.patch_pages(idx, c).is_none()
             })
             .map(|(&idx, _)| idx)
             .collect();
@@ -673,8 +686,7 @@ impl State {
                     continue;
                 }
                 let had = n.patches.get(&idx).copied().unwrap_or(0);
-                let stale = stale_from.is_some_and(|f| idx >= f);
-                let patch = patch_pages(&c, had, cs, size - start, stale);
+                let patch = n.patch_pages(idx, &c);
                 c.data.truncate((size - start).min(cs) as usize);
                 match patch {
                     Some(pages) => {
@@ -813,19 +825,6 @@ impl State {
             }
         }
     }
-}
-
-/// The pages of a dirty chunk to write as patches, or `None` to write it whole: it is
-/// new or rewritten (`pages` unknown), its stored chunk is being deleted (`stale`),
-/// its chunk size has more than 64 pages, or the patches (`had` plus the new ones)
-/// would hold more than half of its bytes (at most `visible`: the file's bytes from
-/// the chunk's start on).
-fn patch_pages(c: &Chunk, had: u64, chunk_size: u64, visible: u64, stale: bool) -> Option<u64> {
-    let len = (c.data.len() as u64).min(visible).min(chunk_size);
-    let pages = c.pages? & page_mask(0, len);
-    let fits = patchable(chunk_size);
-    let small = u64::from((had | pages).count_ones()) * layout::PATCH_PAGE * 2 <= len;
-    (pages != 0 && !stale && fits && small).then_some(pages)
 }
 
 #[cfg(test)]

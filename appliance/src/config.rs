@@ -130,6 +130,8 @@ pub struct EngineSection {
     pub cache_writes: bool,
     /// Load index blocks into the index cache in the background at open.
     pub warm_index_cache: bool,
+    /// Retired segment files kept for reuse by new segments (0: delete them).
+    pub recycle_segments: usize,
     pub background_gc: bool,
 }
 
@@ -155,6 +157,7 @@ impl Default for EngineSection {
             read_poll_micros: d.read_poll_micros,
             cache_writes: d.cache_writes,
             warm_index_cache: d.warm_index_cache,
+            recycle_segments: d.recycle_segments,
             background_gc: d.background_gc,
         }
     }
@@ -181,6 +184,7 @@ impl EngineSection {
             read_poll_micros: self.read_poll_micros,
             cache_writes: self.cache_writes,
             warm_index_cache: self.warm_index_cache,
+            recycle_segments: self.recycle_segments,
             background_gc: self.background_gc,
             create_if_missing: true,
         }

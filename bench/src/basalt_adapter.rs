@@ -10,7 +10,7 @@
 //! an io_uring read polls before sleeping; `--warm_index_cache=0` → start with a cold
 //! index cache (the engine warms it at open by default); `--block_size` → the log block size (engine
 //! default 16 KiB when absent); `--prepopulate_block_cache=1` → cache each log block as
-//! it is written.
+//! it is written; `--recycle_log_file_num` → retired segment files kept for reuse.
 
 use crate::engine::{
     BatchOp, Compression, Direction, Durability, EngineError, EngineFactory, EngineOptions,
@@ -68,6 +68,9 @@ pub fn engine_options(o: &EngineOptions) -> Result<Options, EngineError> {
     }
     if let Some(p) = o.read_poll_micros {
         opts.read_poll_micros = p;
+    }
+    if let Some(n) = o.recycle_segments {
+        opts.recycle_segments = n;
     }
     if let Some(b) = o.block_size {
         opts.block_size = b;

@@ -84,6 +84,9 @@ pub struct EngineOptions {
     pub block_size: Option<usize>,
     /// Put blocks into the block cache as they are written (`--prepopulate_block_cache`).
     pub cache_writes: bool,
+    /// Retired log files kept for reuse (`--recycle_log_file_num`), `None` = engine
+    /// default.
+    pub recycle_segments: Option<usize>,
 }
 
 /// Counters the report needs from the engine. Fields an engine cannot provide are `None`.

@@ -34,6 +34,7 @@ const FLAG_TABLE: &[(&str, Kind)] = &[
     ("cache_size", Kind::Value),
     ("block_size", Kind::Value),
     ("prepopulate_block_cache", Kind::Value),
+    ("recycle_log_file_num", Kind::Value),
     ("benchmark_write_rate_limit", Kind::Value),
     ("seed", Kind::Value),
     ("histogram", Kind::Bool),
@@ -83,6 +84,9 @@ pub struct Flags {
     /// `--prepopulate_block_cache`: 1 puts blocks into the block cache as they are
     /// written (Basalt: every sealed log block), 0 (default) does not.
     pub prepopulate_block_cache: bool,
+    /// `--recycle_log_file_num`: retired log segment files kept for reuse (RocksDB: WAL
+    /// files); `None` = engine default.
+    pub recycle_log_file_num: Option<usize>,
     /// Bytes per second for all writers together; 0 = unlimited.
     pub benchmark_write_rate_limit: u64,
     pub seed: u64,
@@ -128,6 +132,7 @@ impl Default for Flags {
             cache_size: 8 << 20,
             block_size: None,
             prepopulate_block_cache: false,
+            recycle_log_file_num: None,
             benchmark_write_rate_limit: 0,
             seed: 0,
             histogram: false,
@@ -280,6 +285,7 @@ impl Flags {
             "cache_size" | "memory_budget" => self.cache_size = num(name, v)?,
             "block_size" => self.block_size = Some(num(name, v)?),
             "prepopulate_block_cache" => self.prepopulate_block_cache = zero_or_one(name, v)?,
+            "recycle_log_file_num" => self.recycle_log_file_num = Some(num(name, v)?),
             "benchmark_write_rate_limit" => self.benchmark_write_rate_limit = num(name, v)?,
             "seed" => self.seed = num(name, v)?,
             "histogram" => self.histogram = parse_bool(name, v)?,
@@ -384,6 +390,7 @@ impl Flags {
             warm_index_cache: self.warm_index_cache,
             block_size: self.block_size,
             cache_writes: self.prepopulate_block_cache,
+            recycle_segments: self.recycle_log_file_num,
         }
     }
 

@@ -39,6 +39,7 @@ fn opts(dir: &std::path::Path, fresh: bool) -> EngineOptions {
         warm_index_cache: true,
         block_size: None,
         cache_writes: false,
+        recycle_segments: None,
     }
 }
 

@@ -259,7 +259,7 @@ impl BlockBuilder {
         let start = out.len();
         let raw = self.raw.clone();
         self.seal_unframed(out, compression);
-        frame(&mut out[start..], flags);
+        frame(&mut out[start..], flags, 0);
         raw
     }
 
@@ -355,11 +355,12 @@ pub fn make_paged(block: &mut Vec<u8>, off: u64, rotate: bool, spare: &mut Vec<u
 }
 
 /// Sets the flags of a block produced by [`BlockBuilder::seal_unframed`] (all of
-/// `block`, header first; made paged by [`make_paged`] or not) and its checksum.
-pub fn frame(block: &mut [u8], flags: u8) {
+/// `block`, header first; made paged by [`make_paged`] or not) and its checksum,
+/// seeded with `seed` (the segment's [`crate::segment::block_seed`]).
+pub fn frame(block: &mut [u8], flags: u8, seed: u32) {
     block[8] = flags | (block[8] & (FLAG_PAGED | FLAG_ROTATED));
     let end = checked_end(block);
-    let crc = crc32c::crc32c(&block[8..end]);
+    let crc = crc32c::crc32c_append(seed, &block[8..end]);
     block[4..8].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -380,16 +381,17 @@ pub fn table_entry(block: &[u8], i: usize) -> u32 {
     u32::from_le_bytes(block[at..at + 4].try_into().expect("4 bytes"))
 }
 
-/// Verifies every checksum of the block at the start of `bytes` (at file offset `off`):
-/// the header's, and for a paged block each page's. `Err` says what is wrong, with
-/// the block offset of a bad page.
-pub fn verify(bytes: &[u8], off: u64) -> std::result::Result<BlockHeader, String> {
+/// Verifies every checksum of the block at the start of `bytes` (at file offset `off`,
+/// in a segment whose block checksums are seeded with `seed`): the header's, and for a
+/// paged block each page's. `Err` says what is wrong, with the block offset of a bad
+/// page.
+pub fn verify(bytes: &[u8], off: u64, seed: u32) -> std::result::Result<BlockHeader, String> {
     let h = BlockHeader::parse(bytes).ok_or("bad block header")?;
     let end = h.disk_len();
     let Some(block) = bytes.get(..end) else {
         return Err("block extends past the data read".into());
     };
-    check_header_crc(block, &h)?;
+    check_header_crc(block, &h, seed)?;
     if h.is_paged() {
         let used = check_pages(block, off, &h, end)?;
         if (used..h.pages as usize).any(|i| table_entry(block, i) != 0) {
@@ -401,8 +403,12 @@ pub fn verify(bytes: &[u8], off: u64) -> std::result::Result<BlockHeader, String
 
 /// Checks the header checksum of the block `h` was parsed from (`block` starts at its
 /// header and holds at least the bytes the checksum covers: for a paged block the
-/// header and page checksum table, else the whole block).
-pub fn check_header_crc(block: &[u8], h: &BlockHeader) -> std::result::Result<(), String> {
+/// header and page checksum table, else the whole block), seeded with `seed`.
+pub fn check_header_crc(
+    block: &[u8],
+    h: &BlockHeader,
+    seed: u32,
+) -> std::result::Result<(), String> {
     let end = if h.is_paged() {
         h.payload_start()
     } else {
@@ -411,7 +417,7 @@ pub fn check_header_crc(block: &[u8], h: &BlockHeader) -> std::result::Result<()
     let covered = block
         .get(8..end)
         .ok_or("block extends past the data read")?;
-    if crc32c::crc32c(covered) != h.crc {
+    if crc32c::crc32c_append(seed, covered) != h.crc {
         return Err("block checksum mismatch".into());
     }
     Ok(())
@@ -457,11 +463,16 @@ fn unrotate(payload: &[u8], at: u64) -> Option<Vec<u8>> {
     Some(raw)
 }
 
-/// Verifies a block's checksums and returns its uncompressed payload.
-/// `file` and `off` name the block in errors; `off` must be the block's file offset
-/// (page checksums follow file page boundaries).
-pub fn decode(bytes: &[u8], file: &Path, off: u64) -> crate::Result<(BlockHeader, Vec<u8>)> {
-    let h = verify(bytes, off).map_err(|m| crate::Error::corruption(file, off, m))?;
+/// Verifies a block's checksums (seeded with `seed`) and returns its uncompressed
+/// payload. `file` and `off` name the block in errors; `off` must be the block's file
+/// offset (page checksums follow file page boundaries).
+pub fn decode(
+    bytes: &[u8],
+    file: &Path,
+    off: u64,
+    seed: u32,
+) -> crate::Result<(BlockHeader, Vec<u8>)> {
+    let h = verify(bytes, off, seed).map_err(|m| crate::Error::corruption(file, off, m))?;
     let payload = &bytes[h.payload_start()..h.disk_len()];
     let raw = match h.compression {
         0 if h.flags & FLAG_ROTATED != 0 => unrotate(payload, off + h.payload_start() as u64)
@@ -510,7 +521,7 @@ pub(crate) mod tests {
             }
             let mut out = Vec::new();
             b.seal_into(&mut out, c, FLAG_CONTINUES);
-            let (h, raw) = decode(&out, Path::new("t"), 0).unwrap();
+            let (h, raw) = decode(&out, Path::new("t"), 0, 0).unwrap();
             assert_eq!(
                 (h.nrecs, h.min_seqno, h.max_seqno, h.flags),
                 (50, 100, 149, FLAG_CONTINUES)
@@ -547,7 +558,7 @@ pub(crate) mod tests {
         b.add(&rec(1, b"k", value));
         let mut out = Vec::new();
         let raw = b.seal_into(&mut out, c, 0);
-        let (h, decoded) = decode(&out, Path::new("t"), 0).unwrap();
+        let (h, decoded) = decode(&out, Path::new("t"), 0, 0).unwrap();
         assert_eq!(decoded, raw, "the returned payload is the block's content");
         h.compression
     }
@@ -602,9 +613,39 @@ pub(crate) mod tests {
             let mut c = out.clone();
             c[bit / 8] ^= 1 << (bit % 8);
             assert!(
-                decode(&c, Path::new("t"), 0).is_err(),
+                decode(&c, Path::new("t"), 0, 0).is_err(),
                 "flip of bit {bit} not detected"
             );
+        }
+    }
+
+    #[test]
+    fn a_block_verifies_only_under_the_seed_it_was_framed_with() {
+        let seed = |id: u32| crate::segment::block_seed(crate::segment::SEG_VERSION, id);
+        for paged_block in [false, true] {
+            let mut out = if paged_block {
+                let mut b = BlockBuilder::default();
+                b.add(&rec(9, b"key", &noise(PAGED_MIN + 100, 3)));
+                let mut out = Vec::new();
+                b.seal_unframed(&mut out, Compression::None);
+                make_paged(&mut out, 8192, true, &mut Vec::new());
+                out
+            } else {
+                let mut b = BlockBuilder::default();
+                b.add(&rec(1, b"a", b"hello world"));
+                let mut out = Vec::new();
+                b.seal_unframed(&mut out, Compression::Lz4);
+                out
+            };
+            frame(&mut out, 0, seed(7));
+            assert!(decode(&out, Path::new("t"), 8192, seed(7)).is_ok());
+            for other in [0, seed(6), seed(8), seed(7 + (1 << 16))] {
+                assert_eq!(
+                    verify(&out, 8192, other).unwrap_err(),
+                    "block checksum mismatch",
+                    "paged {paged_block}"
+                );
+            }
         }
     }
 
@@ -620,7 +661,7 @@ pub(crate) mod tests {
         let mut out = Vec::new();
         b.seal_unframed(&mut out, Compression::None);
         make_paged(&mut out, off, rotate, &mut Vec::new());
-        frame(&mut out, FLAG_CONTINUES);
+        frame(&mut out, FLAG_CONTINUES, 0);
         out
     }
 
@@ -636,7 +677,7 @@ pub(crate) mod tests {
             4096 * 7 + 4000,
         ] {
             let old = paged_as(off, &value, false);
-            let (h, raw) = decode(&old, Path::new("t"), off).unwrap();
+            let (h, raw) = decode(&old, Path::new("t"), off, 0).unwrap();
             assert_eq!(h.flags & FLAG_ROTATED, 0);
             let r = record::RecordIter::new(&raw).next().unwrap().unwrap().1;
             assert_eq!(
@@ -646,7 +687,7 @@ pub(crate) mod tests {
             );
             let b = paged(off, &value);
             assert_eq!(b.len(), old.len(), "{off}: rotation takes no space");
-            let (h, raw) = decode(&b, Path::new("t"), off).unwrap();
+            let (h, raw) = decode(&b, Path::new("t"), off, 0).unwrap();
             assert_ne!(h.flags & FLAG_ROTATED, 0);
             assert!(
                 h.is_paged() && h.flags & FLAG_CONTINUES != 0,
@@ -660,11 +701,11 @@ pub(crate) mod tests {
             // Checksums follow file pages: the same bytes at another offset do not verify
             // (unless the shift is a whole number of pages).
             assert!(
-                decode(&b, Path::new("t"), off + 100).is_err(),
+                decode(&b, Path::new("t"), off + 100, 0).is_err(),
                 "{off}: shifted"
             );
             assert!(
-                decode(&b, Path::new("t"), off + 4096).is_ok(),
+                decode(&b, Path::new("t"), off + 4096, 0).is_ok(),
                 "{off}: page shift"
             );
         }
@@ -677,7 +718,7 @@ pub(crate) mod tests {
         for at in 0..b.len() {
             let mut c = b.clone();
             c[at] ^= 1 << (at % 8);
-            let e = decode(&c, Path::new("t"), off);
+            let e = decode(&c, Path::new("t"), off, 0);
             assert!(e.is_err(), "flip at byte {at} not detected");
         }
     }
@@ -685,7 +726,7 @@ pub(crate) mod tests {
     proptest! {
         #[test]
         fn block_decoder_survives_arbitrary_bytes(b in proptest::collection::vec(any::<u8>(), 0..512)) {
-            let _ = decode(&b, Path::new("fuzz"), 0);
+            let _ = decode(&b, Path::new("fuzz"), 0, 0);
         }
 
         #[test]
@@ -706,7 +747,7 @@ pub(crate) mod tests {
             let end = if paged { (HEADER_LEN + 4 * pages as usize).min(b.len()) } else { b.len() };
             let crc = crc32c::crc32c(&b[8..end.max(8)]);
             b[4..8].copy_from_slice(&crc.to_le_bytes());
-            if let Ok((_, raw)) = decode(&b, Path::new("fuzz"), off) {
+            if let Ok((_, raw)) = decode(&b, Path::new("fuzz"), off, 0) {
                 for _ in record::RecordIter::new(&raw) {}
             }
         }

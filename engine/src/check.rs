@@ -6,7 +6,7 @@ use crate::codec::align_up;
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::io::{DataFile, IoCounters, IoMode};
-use crate::segment::{check_header, read_footer, scan_blocks, DATA_START};
+use crate::segment::{block_seed, check_header, header_len, read_footer, scan_blocks, DATA_START};
 use crate::{Direction, Options};
 use serde::Serialize;
 use std::ops::Bound;
@@ -69,14 +69,18 @@ pub fn check(path: &Path) -> Result<CheckReport> {
         let p = file.path().display().to_string();
         let mut hdr = AlignedBuf::zeroed(PAGE);
         file.read_full(&mut hdr, 0)?;
-        if let Err(e) = check_header(&hdr, seg.id, file.path()) {
-            rep.problems.push(e.to_string());
-            continue;
-        }
-        if let Some(at) = nonzero_at(&hdr[20..]) {
+        let header = match check_header(&hdr, seg.id, file.path()) {
+            Ok(h) => h,
+            Err(e) => {
+                rep.problems.push(e.to_string());
+                continue;
+            }
+        };
+        let used = header_len(header.version);
+        if let Some(at) = nonzero_at(&hdr[used..]) {
             rep.problems.push(format!(
                 "corruption in {p} at offset {}: non-zero byte in header padding",
-                20 + at
+                used + at
             ));
         }
         let footer = match read_footer(&file) {
@@ -90,8 +94,9 @@ pub fn check(path: &Path) -> Result<CheckReport> {
         // GC's dead sets are keyed by seqno: a segment must never hold one twice.
         let mut seqnos = roaring::RoaringTreemap::new();
         let mut repeated = None;
-        let scan = scan_blocks(&file, DATA_START, limit, |off, _, bytes| {
-            let (_, raw) = crate::block::decode(bytes, file.path(), off)?;
+        let seed = block_seed(header.version, seg.id);
+        let scan = scan_blocks(&file, DATA_START, limit, seed, |off, _, bytes| {
+            let (_, raw) = crate::block::decode(bytes, file.path(), off, seed)?;
             for (_, r) in crate::record::RecordIter::new(&raw).flatten() {
                 if !seqnos.insert(r.seqno) && repeated.is_none() {
                     repeated = Some((off, r.seqno));
@@ -112,7 +117,10 @@ pub fn check(path: &Path) -> Result<CheckReport> {
             }
         };
         rep.blocks += scan.blocks.len() as u64;
-        if let Some(reason) = &scan.stop_reason {
+        // A recycled file's log ends where its blocks stop verifying: the older
+        // segment's blocks (another seed) follow.
+        let recycled_tail = footer.is_none() && header.recycled_from != 0;
+        if let Some(reason) = scan.stop_reason.as_ref().filter(|_| !recycled_tail) {
             rep.problems.push(format!(
                 "corruption in {p} at offset {}: {reason}",
                 scan.committed_end
@@ -154,7 +162,7 @@ pub fn check(path: &Path) -> Result<CheckReport> {
                 scan.blocks.len(),
                 expected.len()
             ));
-        } else {
+        } else if !recycled_tail {
             let end = scan.committed_end;
             let len = file.len()?;
             if len > end {

@@ -16,8 +16,8 @@ use crate::memtable::Memtable;
 use crate::options::{Durability, IoBackend, Options};
 use crate::record::{CollId, Kind, RecordIter, RecordRef, Seqno};
 use crate::segment::{
-    check_header, parse_segment_name, read_footer, scan_blocks, segment_path, SegId, DATA_START,
-    SEG_VERSION,
+    block_seed, check_header, parse_segment_name, read_footer, scan_blocks, segment_path, SegId,
+    DATA_START, SEG_VERSION,
 };
 use crate::segments::{DataCache, HeadCache, Segment, SegmentCaches, SegmentMap};
 use crate::stats::StatCounters;
@@ -77,6 +77,8 @@ pub(crate) struct Inner {
     /// Read backend in use (after any fallback).
     pub io_backend: IoBackend,
     pub counters: Arc<IoCounters>,
+    /// Retired segment files kept for reuse.
+    pub recycler: Arc<crate::recycle::Recycler>,
     _lock: Option<DirLock>,
     pub read_only: bool,
     pub writer: Mutex<LogWriter>,
@@ -294,9 +296,15 @@ impl Db {
         ));
         // Gets its share with the others at the rebalance that ends `open`.
         let head_cache: Arc<HeadCache> = Arc::new(ClockCache::new(0));
+        let recycler = Arc::new(crate::recycle::Recycler::open(
+            dir,
+            opts.recycle_segments,
+            read_only,
+        ));
         let caches = SegmentCaches {
             blocks: data_cache.clone(),
             heads: head_cache.clone(),
+            recycler: recycler.clone(),
         };
 
         let ckpt = match checkpoint::read(dir)? {
@@ -428,7 +436,9 @@ impl Db {
                 }
                 return Err(Error::corruption(&path, 0, "segment header missing"));
             }
-            tail_version = check_header(&hdr, id, &path)?;
+            let header = check_header(&hdr, id, &path)?;
+            let seed = block_seed(header.version, id);
+            tail_version = header.version;
             let footer = read_footer(&file)?;
             let is_last = i + 1 == live_segs.len();
             if footer.is_none() && !is_last {
@@ -451,8 +461,8 @@ impl Db {
                 _ => {
                     // Replay blocks after the checkpoint into the memtable.
                     let start = replay_start.unwrap_or(DATA_START);
-                    let scan = scan_blocks(&file, start, limit, |off, _h, bytes| {
-                        let (_, raw) = crate::block::decode(bytes, &path, off)?;
+                    let scan = scan_blocks(&file, start, limit, seed, |off, _h, bytes| {
+                        let (_, raw) = crate::block::decode(bytes, &path, off, seed)?;
                         for item in RecordIter::new(&raw) {
                             let (_, r) =
                                 item.map_err(|at| Error::malformed_record(&path, off, at))?;
@@ -507,8 +517,13 @@ impl Db {
                             // by scanning. They are covered by the checkpoint, so any damage
                             // there is damage in the middle of the log.
                             if start > DATA_START {
-                                let pre =
-                                    scan_blocks(&file, DATA_START, Some(start), |_, _, _| Ok(()))?;
+                                let pre = scan_blocks(
+                                    &file,
+                                    DATA_START,
+                                    Some(start),
+                                    seed,
+                                    |_, _, _| Ok(()),
+                                )?;
                                 if pre.stop_reason.is_some() || pre.committed_end != start {
                                     return Err(Error::corruption(
                                         &path,
@@ -537,7 +552,7 @@ impl Db {
                         // Intact blocks of an unfinished batch (before `stopped_at`)
                         // are part of the torn tail, not damage before it.
                         if let Some(at) =
-                            crate::recovery::valid_block_after(&file, scan.stopped_at)?
+                            crate::recovery::valid_block_after(&file, scan.stopped_at, seed)?
                         {
                             return Err(Error::corruption(
                                 &path,
@@ -545,13 +560,42 @@ impl Db {
                                 format!("{reason}, but a valid block follows at offset {at}: refusing to discard acknowledged data"),
                             ));
                         }
-                        tracing::warn!(
-                            "{}: {reason}; discarding the torn tail after offset {}",
-                            path.display(),
-                            scan.committed_end
-                        );
-                        if !read_only {
-                            crate::recovery::truncate_tail(&file, scan.committed_end)?;
+                        if header.recycled_from != 0 {
+                            // In a recycled file the log ends where blocks stop
+                            // verifying: the older segment's blocks follow (with its
+                            // seed). Only an unfinished batch's intact blocks are ours
+                            // to discard; the file keeps its written extents.
+                            if scan.committed_end < scan.stopped_at {
+                                tracing::warn!(
+                                    "{}: {reason}; discarding the unfinished batch at offsets {}..{}",
+                                    path.display(),
+                                    scan.committed_end,
+                                    scan.stopped_at
+                                );
+                            } else {
+                                tracing::debug!(
+                                    "{}: log ends at offset {} ({reason}; recycled from segment {})",
+                                    path.display(),
+                                    scan.committed_end,
+                                    header.recycled_from
+                                );
+                            }
+                            if !read_only {
+                                crate::recovery::zero_range(
+                                    &file,
+                                    scan.committed_end,
+                                    scan.stopped_at,
+                                )?;
+                            }
+                        } else {
+                            tracing::warn!(
+                                "{}: {reason}; discarding the torn tail after offset {}",
+                                path.display(),
+                                scan.committed_end
+                            );
+                            if !read_only {
+                                crate::recovery::truncate_tail(&file, scan.committed_end)?;
+                            }
                         }
                     }
                     let end = footer
@@ -564,7 +608,15 @@ impl Db {
             if !sealed {
                 tail_end = Some(end);
             }
-            let seg = Arc::new(Segment::new(id, file, blocks, sealed, end, caches.clone()));
+            let seg = Arc::new(Segment::new(
+                id,
+                header,
+                file,
+                blocks,
+                sealed,
+                end,
+                caches.clone(),
+            ));
             segments.insert(id, seg);
         }
 
@@ -640,6 +692,7 @@ impl Db {
             io_mode,
             io_backend,
             counters,
+            recycler,
             _lock: lock,
             read_only,
             writer: Mutex::new(writer),

@@ -200,7 +200,7 @@ fn parse_chunk(
                 "block extends past the end of the file",
             ));
         }
-        let (_, raw) = crate::block::decode(&chunk.buf[s..e], seg.file.path(), b.off)?;
+        let (_, raw) = crate::block::decode(&chunk.buf[s..e], seg.file.path(), b.off, seg.seed())?;
         for item in RecordIter::new(&raw) {
             let (_, r) = item.map_err(|at| Error::malformed_record(seg.file.path(), b.off, at))?;
             f(r)?;

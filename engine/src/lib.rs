@@ -50,6 +50,7 @@ mod prefetch;
 mod read_path;
 mod record;
 mod recovery;
+mod recycle;
 mod segment;
 mod segments;
 mod snapshot;
@@ -79,7 +80,7 @@ pub mod decoders {
     /// Decodes a log block (header, checksum, decompression) and indexes its records
     /// as the data cache does.
     pub fn log_block(b: &[u8]) {
-        if let Ok((h, raw)) = crate::block::decode(b, Path::new("fuzz"), 0) {
+        if let Ok((h, raw)) = crate::block::decode(b, Path::new("fuzz"), 0, 0) {
             let _ = crate::data_block::DataBlock::new(raw, h.nrecs as usize);
         }
     }
@@ -92,7 +93,7 @@ pub mod decoders {
         let off = first as u64 * 16;
         let mut file = vec![0u8; off as usize];
         file.extend_from_slice(rest);
-        if let Ok(h) = crate::paged::PagedHead::parse(&file, 0, off, 0, b"k", 1) {
+        if let Ok(h) = crate::paged::PagedHead::parse(&file, 0, off, 0, b"k", 1, 0) {
             let z = h.value_len().saturating_sub(100);
             for read in h.reads_for(100, z) {
                 let end = (read.start + read.len as u64).min(file.len() as u64);

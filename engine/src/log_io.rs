@@ -191,8 +191,14 @@ mod tests {
         let caches = SegmentCaches {
             blocks: Arc::new(ClockCache::new(0)),
             heads: Arc::new(ClockCache::new(0)),
+            recycler: Arc::new(crate::recycle::Recycler::open(
+                path.parent().unwrap(),
+                0,
+                true,
+            )),
         };
-        Arc::new(Segment::new(1, file, Vec::new(), false, 0, caches))
+        let header = crate::segment::SegHeader::current(0);
+        Arc::new(Segment::new(1, header, file, Vec::new(), false, 0, caches))
     }
 
     /// Queues chunks `from..n` of `CHUNK` bytes at `i * CHUNK`, chunk `i` filled with

@@ -26,7 +26,9 @@ use crate::io::{sync_dir, DataFile, IoCounters, IoMode};
 use crate::log_io::{Job, LogIo};
 use crate::options::Compression;
 use crate::record::{RecordRef, Seqno};
-use crate::segment::{encode_footer, segment_path, write_header, BlockInfo, SegId, DATA_START};
+use crate::segment::{
+    encode_footer, segment_path, write_header, BlockInfo, SegHeader, SegId, DATA_START, SEG_VERSION,
+};
 use crate::segments::{Segment, SegmentCaches};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -77,8 +79,10 @@ pub struct LogWriter {
     pub poisoned: Option<String>,
 }
 
-/// Creates segment `id`: preallocates its space (so that running out of disk shows
-/// up here, before any record is accepted), writes the header page and syncs.
+/// Creates segment `id`: in a recycled file if the pool has one (see
+/// [`crate::recycle`]), else in a new one; preallocates its space (so that running out
+/// of disk shows up here, before any record is accepted), writes the header page and
+/// syncs.
 pub fn create_segment(
     dir: &std::path::Path,
     id: SegId,
@@ -88,24 +92,80 @@ pub fn create_segment(
     size: u64,
 ) -> Result<Arc<Segment>> {
     let path = segment_path(dir, id);
-    let file = DataFile::open(&path, mode, true, counters)?;
-    let res = file
-        .preallocate(size + segment_slack(size))
-        .and_then(|_| write_header(&file, id));
-    if let Err(e) = res {
-        drop(file);
-        let _ = std::fs::remove_file(&path);
-        return Err(e);
+    let room = size + segment_slack(size);
+    let mut header = SegHeader::current(0);
+    let mut file = None;
+    if let Some((old, free)) = cache.recycler.take() {
+        match reuse_file(&free, &path, id, old, mode, &counters, room) {
+            Ok(f) => {
+                cache.recycler.note_reused();
+                header = SegHeader::current(old);
+                file = Some(f);
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "cannot reuse {} for segment {id}: {e}; creating a new file",
+                    free.display()
+                );
+                let _ = std::fs::remove_file(&free);
+            }
+        }
     }
+    let file = match file {
+        Some(f) => f,
+        None => {
+            let file = DataFile::open(&path, mode, true, counters)?;
+            let res = file
+                .preallocate(room)
+                .and_then(|_| write_header(&file, id, header));
+            if let Err(e) = res {
+                drop(file);
+                let _ = std::fs::remove_file(&path);
+                return Err(e);
+            }
+            file
+        }
+    };
     sync_dir(dir)?;
+    if header.recycled_from != 0 {
+        crate::failpoint::hit("recycled-segment-created");
+    }
     Ok(Arc::new(Segment::new(
         id,
+        header,
         file,
         Vec::new(),
         false,
         DATA_START,
         cache,
     )))
+}
+
+/// Makes the free file `free` (which held segment `old`) segment `id` at `path`:
+/// preallocates `room`, zeroes its last page (the old footer's end marker, so the file
+/// reads as an unsealed tail), writes the new header naming `old`, syncs, renames.
+/// The blocks `old` left in the file stay: their checksums carry `old`'s seed.
+fn reuse_file(
+    free: &std::path::Path,
+    path: &std::path::Path,
+    id: SegId,
+    old: SegId,
+    mode: IoMode,
+    counters: &Arc<IoCounters>,
+    room: u64,
+) -> Result<DataFile> {
+    {
+        let file = DataFile::open(free, mode, false, counters.clone())?;
+        file.preallocate(room)?;
+        let len = file.len()?;
+        if len > DATA_START {
+            let last = crate::codec::align_down(len - 1, PAGE as u64);
+            file.write_aligned(&AlignedBuf::zeroed(PAGE), last)?;
+        }
+        write_header(&file, id, SegHeader::current(old))?;
+    }
+    std::fs::rename(free, path).map_err(|e| Error::io(path, e))?;
+    DataFile::open(path, mode, false, counters.clone())
 }
 
 impl LogWriter {
@@ -220,7 +280,10 @@ impl LogWriter {
     /// tail holding data is sealed and a new segment started before the next write.
     pub fn upgrade_format(&mut self) -> Result<()> {
         if self.end() == DATA_START {
-            return write_header(&self.seg.file, self.seg.id);
+            let h = SegHeader::current(self.seg.recycled_from);
+            write_header(&self.seg.file, self.seg.id, h)?;
+            self.seg.set_version(SEG_VERSION);
+            return Ok(());
         }
         self.roll_before_write = true;
         Ok(())
@@ -328,7 +391,7 @@ impl LogWriter {
         let disk_len = self.scratch.len();
         let pad = self.pad_after(off + disk_len as u64, largest);
         let flags = if pad { flags | FLAG_PAD } else { flags };
-        crate::block::frame(&mut self.scratch, flags);
+        crate::block::frame(&mut self.scratch, flags, self.seg.seed());
         let h =
             crate::block::BlockHeader::parse(&self.scratch).expect("freshly sealed block parses");
         debug_assert_eq!(h.nrecs, nrecs);

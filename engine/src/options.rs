@@ -106,6 +106,12 @@ pub struct Options {
     /// likewise each merge's output while reads run, so lookups after a merge do not.
     #[serde(default = "yes")]
     pub warm_index_cache: bool,
+    /// Retired segment files kept for reuse by new segments (RocksDB's
+    /// `recycle_log_file_num`). A synced write into a reused file overwrites blocks
+    /// already allocated and written, so `fdatasync` commits no file-system metadata;
+    /// each kept file costs up to `segment_size` of disk. 0: delete retired segments.
+    #[serde(default = "default_recycle")]
+    pub recycle_segments: usize,
     /// Run garbage collection in a background thread.
     pub background_gc: bool,
     /// Create the data directory when missing.
@@ -115,6 +121,14 @@ pub struct Options {
 fn yes() -> bool {
     true
 }
+
+fn default_recycle() -> usize {
+    DEFAULT_RECYCLE_SEGMENTS
+}
+
+/// Default [`Options::recycle_segments`]: enough that a new segment nearly always finds
+/// a file, as GC retires at least one segment per segment written once it runs.
+pub const DEFAULT_RECYCLE_SEGMENTS: usize = 2;
 
 /// Default read polling budget: longer than an NVMe 4 KiB read (about 80 µs), so a
 /// point read rarely sleeps, short enough that a slow read wastes little CPU.
@@ -136,6 +150,7 @@ impl Default for Options {
             read_poll_micros: DEFAULT_READ_POLL_MICROS,
             cache_writes: false,
             warm_index_cache: true,
+            recycle_segments: DEFAULT_RECYCLE_SEGMENTS,
             background_gc: true,
             create_if_missing: true,
         }

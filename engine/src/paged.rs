@@ -138,7 +138,8 @@ impl PagedHead {
     /// Parses and verifies the head of the paged block at `off` from `buf`, which holds
     /// the file from `buf_off` (page aligned) at least to the end of the page the value
     /// starts in. Checks the header and table checksum, the page checksums of the
-    /// record's header and key, and that the record is `(coll, key, seqno)`.
+    /// record's header and key, and that the record is `(coll, key, seqno)`; block
+    /// checksums are seeded with `seed`.
     pub fn parse(
         buf: &[u8],
         buf_off: u64,
@@ -146,6 +147,7 @@ impl PagedHead {
         coll: CollId,
         key: &[u8],
         seqno: Seqno,
+        seed: u32,
     ) -> Result<PagedHead, String> {
         let rel = off
             .checked_sub(buf_off)
@@ -156,7 +158,7 @@ impl PagedHead {
         if !h.is_paged() {
             return Err("block is not paged".into());
         }
-        block::check_header_crc(b, &h)?;
+        block::check_header_crc(b, &h, seed)?;
         let table_end = h.payload_start();
         let table: Box<[u32]> = (0..h.pages as usize)
             .map(|i| block::table_entry(b, i))
@@ -281,7 +283,7 @@ mod tests {
         let mut blk = Vec::new();
         b.seal_unframed(&mut blk, Compression::None);
         block::make_paged(&mut blk, off, rotate, &mut Vec::new());
-        block::frame(&mut blk, 0);
+        block::frame(&mut blk, 0, 0);
         let mut file = vec![0u8; off as usize];
         file.extend_from_slice(&blk);
         file.resize(align_up(file.len() as u64, PAGE as u64) as usize, 0);
@@ -301,6 +303,7 @@ mod tests {
             3,
             key,
             77,
+            0,
         )
         .unwrap()
     }
@@ -390,7 +393,7 @@ mod tests {
             let (mut file, _) = image(off, b"k", &noise(20_000, 1));
             let at = at % file.len();
             file[at] ^= x;
-            let _ = PagedHead::parse(&file, 0, off, 3, b"k", 77);
+            let _ = PagedHead::parse(&file, 0, off, 3, b"k", 77, 0);
         }
     }
 
@@ -416,7 +419,7 @@ mod tests {
         for at in head_range.clone() {
             let mut f = file.clone();
             f[at] ^= 0x10;
-            let r = PagedHead::parse(&f[head_range.clone()], hs, off, 3, key, 77);
+            let r = PagedHead::parse(&f[head_range.clone()], hs, off, 3, key, 77, 0);
             // Bytes before the block and after the key's page are not the head's.
             let in_head = at as u64 >= off && (at as u64) < align_up(g.value_start, 4096);
             if in_head {

@@ -296,8 +296,9 @@ impl Inner {
             if plans[c].0 == i {
                 let cd = &cold[c];
                 let key = reqs[cd.slot].0;
-                let head = PagedHead::parse(read.1, read.0, cd.g.off, coll, key, cd.seqno)
-                    .map_err(|m| Error::corruption(cd.seg.file.path(), cd.g.off, m))?;
+                let head =
+                    PagedHead::parse(read.1, read.0, cd.g.off, coll, key, cd.seqno, cd.seg.seed())
+                        .map_err(|m| Error::corruption(cd.seg.file.path(), cd.g.off, m))?;
                 let head = Arc::new(head);
                 self.head_cache
                     .insert((cd.seg.id, cd.g.off), head.clone(), head.charge());

@@ -292,7 +292,7 @@ impl Inner {
                 ),
             ));
         }
-        let (h, raw) = crate::block::decode(&r.buf[skip..end], seg.file.path(), off)?;
+        let (h, raw) = crate::block::decode(&r.buf[skip..end], seg.file.path(), off, seg.seed())?;
         let block = Arc::new(
             DataBlock::new(raw, h.nrecs as usize)
                 .map_err(|at| Error::malformed_record(seg.file.path(), off, at))?,

@@ -23,8 +23,11 @@ const END_MAGIC: &[u8; 8] = b"BSLTEND1";
 /// Segment format version written by this build. Version 2 added
 /// [`crate::block::FLAG_PAD`], version 3 [`crate::block::FLAG_PAGED`], version 4
 /// [`crate::block::FLAG_ROTATED`]; older files (which never set them) are read as they
-/// are.
-pub const SEG_VERSION: u32 = 4;
+/// are. Version 5 seeds every block checksum with the segment id ([`block_seed`]) and
+/// names in the header the segment whose file was recycled for it, if any.
+pub const SEG_VERSION: u32 = 5;
+/// First version whose block checksums are seeded with the segment id.
+const SEEDED_VERSION: u32 = 5;
 /// Oldest segment format version this build reads.
 const SEG_VERSION_MIN: u32 = 1;
 /// Offset of the first block.
@@ -56,37 +59,94 @@ pub struct BlockInfo {
     pub flags: u8,
 }
 
+/// What a segment's header page says besides its id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegHeader {
+    /// Format version of the segment's blocks.
+    pub version: u32,
+    /// The segment whose file this one reuses (0: a new file). Bytes past the end of
+    /// the log may be that segment's blocks, whose checksums carry its seed, not ours.
+    pub recycled_from: SegId,
+}
+
+impl SegHeader {
+    /// The header this build writes for a new segment (`recycled_from` 0 for a new file).
+    pub fn current(recycled_from: SegId) -> SegHeader {
+        SegHeader {
+            version: SEG_VERSION,
+            recycled_from,
+        }
+    }
+}
+
+/// Bytes of the header page the checksum covers: version 5 added `recycled_from` at
+/// 20..24, after the checksum at 16..20.
+fn header_crc(page: &[u8], version: u32) -> u32 {
+    let crc = crc32c::crc32c(&page[0..16]);
+    if version >= SEEDED_VERSION {
+        crc32c::crc32c_append(crc, &page[20..24])
+    } else {
+        crc
+    }
+}
+
+/// Length of the header page's used bytes for `version` (the rest is zero).
+pub fn header_len(version: u32) -> usize {
+    if version >= SEEDED_VERSION {
+        24
+    } else {
+        20
+    }
+}
+
+/// The seed of every block checksum in segment `id` of format `version`: the crc32c of
+/// the id from version 5 on, so that a block left in a recycled file by the segment
+/// that used it before never verifies as one of this segment's; 0 (no seed) before.
+pub fn block_seed(version: u32, id: SegId) -> u32 {
+    if version >= SEEDED_VERSION {
+        crc32c::crc32c(&id.to_le_bytes())
+    } else {
+        0
+    }
+}
+
 /// The 4 KiB header page of segment `id`.
-pub fn encode_header(id: SegId) -> AlignedBuf {
+pub fn encode_header(id: SegId, h: SegHeader) -> AlignedBuf {
     let mut page = AlignedBuf::zeroed(PAGE);
     page[0..8].copy_from_slice(SEG_MAGIC);
-    page[8..12].copy_from_slice(&SEG_VERSION.to_le_bytes());
+    page[8..12].copy_from_slice(&h.version.to_le_bytes());
     page[12..16].copy_from_slice(&id.to_le_bytes());
-    let crc = crc32c::crc32c(&page[0..16]);
+    if h.version >= SEEDED_VERSION {
+        page[20..24].copy_from_slice(&h.recycled_from.to_le_bytes());
+    }
+    let crc = header_crc(&page, h.version);
     page[16..20].copy_from_slice(&crc.to_le_bytes());
     page
 }
 
-/// Writes segment `id`'s header page (this build's version) to `file` and syncs it.
-pub fn write_header(file: &crate::io::DataFile, id: SegId) -> Result<()> {
-    file.write_aligned(&encode_header(id), 0)?;
+/// Writes segment `id`'s header page to `file` and syncs it.
+pub fn write_header(file: &crate::io::DataFile, id: SegId, h: SegHeader) -> Result<()> {
+    file.write_aligned(&encode_header(id, h), 0)?;
     file.sync_data()
 }
 
-/// Checks a header page: magic, checksum, version and id; returns the version.
-pub fn check_header(page: &[u8], id: SegId, path: &Path) -> Result<u32> {
-    if page.len() < 20 || &page[0..8] != SEG_MAGIC {
+/// Checks a header page: magic, checksum, version and id.
+pub fn check_header(page: &[u8], id: SegId, path: &Path) -> Result<SegHeader> {
+    if page.len() < 24 || &page[0..8] != SEG_MAGIC {
         return Err(Error::corruption(path, 0, "not a segment file (bad magic)"));
     }
     let crc = u32::from_le_bytes(page[16..20].try_into().unwrap());
-    if crc32c::crc32c(&page[0..16]) != crc {
+    let version = u32::from_le_bytes(page[8..12].try_into().unwrap());
+    // A newer build's header may cover its own fields: accept either layout there, so
+    // that such a file is refused by its version, not as damaged.
+    let newer_ok = version > SEG_VERSION && crc32c::crc32c(&page[0..16]) == crc;
+    if header_crc(page, version) != crc && !newer_ok {
         return Err(Error::corruption(
             path,
             0,
             "segment header checksum mismatch",
         ));
     }
-    let version = u32::from_le_bytes(page[8..12].try_into().unwrap());
     if !(SEG_VERSION_MIN..=SEG_VERSION).contains(&version) {
         return Err(Error::FormatVersion {
             file: path.to_path_buf(),
@@ -102,7 +162,15 @@ pub fn check_header(page: &[u8], id: SegId, path: &Path) -> Result<u32> {
             format!("header names segment {got}, file name says {id}"),
         ));
     }
-    Ok(version)
+    let recycled_from = if version >= SEEDED_VERSION {
+        u32::from_le_bytes(page[20..24].try_into().unwrap())
+    } else {
+        0
+    };
+    Ok(SegHeader {
+        version,
+        recycled_from,
+    })
 }
 
 /// Encodes the footer for blocks ending at `data_end`; returns page-aligned bytes
@@ -213,14 +281,15 @@ pub struct ScanEnd {
     pub stopped_at: u64,
 }
 
-/// Scans blocks from `start`, calling `f` for each valid block (offset, header, raw
-/// block bytes). Stops at the first invalid block: zeros, bad checksum, a torn write,
+/// Scans blocks from `start` (checksums seeded with `seed`), calling `f` for each
+/// valid block (offset, header, raw block bytes). Stops at the first invalid block: zeros, bad checksum, a torn write,
 /// or a non-zero byte in the padding after a block flagged [`crate::block::FLAG_PAD`].
 /// Blocks of a batch whose last block is missing are not reported as committed.
 pub fn scan_blocks(
     file: &DataFile,
     start: u64,
     limit: Option<u64>,
+    seed: u32,
     mut f: impl FnMut(u64, &BlockHeader, &[u8]) -> Result<()>,
 ) -> Result<ScanEnd> {
     const CHUNK: usize = 1 << 20;
@@ -270,7 +339,7 @@ pub fn scan_blocks(
             owned.extend_from_slice(&buf[skip..skip + len]);
             &owned
         };
-        if let Err(m) = crate::block::verify(bytes, off) {
+        if let Err(m) = crate::block::verify(bytes, off, seed) {
             stop_reason = Some(format!("{m} in the block at offset {off}"));
             break;
         }

@@ -4,10 +4,11 @@ use crate::cache::ClockCache;
 use crate::data_block::DataBlock;
 use crate::io::DataFile;
 use crate::paged::PagedHead;
-use crate::segment::{BlockInfo, SegId};
+use crate::recycle::Recycler;
+use crate::segment::{block_seed, BlockInfo, SegHeader, SegId};
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Cache of decompressed log block payloads, keyed by (segment, block offset).
@@ -15,18 +16,27 @@ pub type DataCache = ClockCache<(SegId, u64), DataBlock>;
 /// Heads of paged blocks (see [`crate::paged`]), by block.
 pub type HeadCache = ClockCache<(SegId, u64), PagedHead>;
 
-/// The caches keyed by block of a segment; a retired segment's entries go with it.
+/// The caches keyed by block of a segment, and the pool its file goes to once
+/// retired; a retired segment's cache entries go with it.
 #[derive(Clone)]
 pub struct SegmentCaches {
     pub blocks: Arc<DataCache>,
     pub heads: Arc<HeadCache>,
+    pub recycler: Arc<Recycler>,
 }
 
-/// One log segment in use. The file is deleted when GC retired the segment and the
-/// last reference (index read, iterator or snapshot) is gone.
+/// One log segment in use. When GC retired the segment and the last reference (index
+/// read, iterator or snapshot) is gone, the file is kept for reuse
+/// ([`crate::recycle`]) or deleted.
 pub struct Segment {
     pub id: SegId,
     pub file: DataFile,
+    /// Seed of the block checksums ([`block_seed`] of the header's version and the id;
+    /// changes only when an empty tail is given the current header).
+    seed: AtomicU32,
+    /// The segment whose file this one reuses (0: none): bytes after the end of the log
+    /// may be that segment's blocks.
+    pub recycled_from: SegId,
     /// Sealed blocks in offset order.
     pub blocks: RwLock<Vec<BlockInfo>>,
     /// Footer written: no more blocks.
@@ -42,6 +52,7 @@ pub struct Segment {
 impl Segment {
     pub fn new(
         id: SegId,
+        header: SegHeader,
         file: DataFile,
         blocks: Vec<BlockInfo>,
         sealed: bool,
@@ -52,6 +63,8 @@ impl Segment {
         Segment {
             id,
             file,
+            seed: AtomicU32::new(block_seed(header.version, id)),
+            recycled_from: header.recycled_from,
             blocks: RwLock::new(blocks),
             sealed: AtomicBool::new(sealed),
             written_end: AtomicU64::new(written_end),
@@ -59,6 +72,17 @@ impl Segment {
             retired: AtomicBool::new(false),
             caches,
         }
+    }
+
+    /// Seed of this segment's block checksums.
+    pub fn seed(&self) -> u32 {
+        self.seed.load(Ordering::Relaxed)
+    }
+
+    /// Records that the (empty) segment was given header format `version`.
+    pub fn set_version(&self, version: u32) {
+        self.seed
+            .store(block_seed(version, self.id), Ordering::Relaxed);
     }
 
     /// The sealed block starting at `off`, if any.
@@ -81,7 +105,9 @@ impl Segment {
 impl Drop for Segment {
     fn drop(&mut self) {
         if self.retired.load(Ordering::SeqCst) {
-            let _ = std::fs::remove_file(self.file.path());
+            if !self.caches.recycler.offer(self.file.path(), self.id) {
+                let _ = std::fs::remove_file(self.file.path());
+            }
             let id = self.id;
             self.caches.blocks.retain(|(s, _)| *s != id);
             self.caches.heads.retain(|(s, _)| *s != id);

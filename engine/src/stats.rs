@@ -112,6 +112,11 @@ pub struct Stats {
     /// Bytes GC read from its victims (each once, plus the chunks holding live user
     /// writes that did not fit in memory between its two passes, again).
     pub gc_bytes_read: u64,
+    /// Segments created since open in a file GC had retired (option
+    /// `recycle_segments`), and retired files waiting for reuse now (counted in
+    /// `disk_bytes`).
+    pub segments_recycled: u64,
+    pub free_segment_files: usize,
     /// Current budgets of the block and index caches (rebalanced as the index grows).
     pub block_cache_capacity: u64,
     pub index_cache_capacity: u64,
@@ -277,6 +282,8 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         gc_bytes_moved: s.gc_bytes_moved.load(Ordering::Relaxed),
         gc_bytes_reclaimed: s.gc_bytes_reclaimed.load(Ordering::Relaxed),
         gc_bytes_read: s.gc_bytes_read.load(Ordering::Relaxed),
+        segments_recycled: inner.recycler.reused(),
+        free_segment_files: inner.recycler.free_files(),
         block_cache_capacity: inner.data_cache.capacity() as u64,
         index_cache_capacity: inner.index_cache.capacity() as u64,
         block_cache_hits: inner.data_cache.hits(),

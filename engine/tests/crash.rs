@@ -227,6 +227,19 @@ fn kill_9_at_random_points_loses_no_acknowledged_write_on_both_backends() {
     crash_cycles("psync");
 }
 
+/// Whether the last segment file's header names a segment it was recycled from
+/// (segment format 5: bytes 20..24).
+fn tail_is_a_reused_file(dir: &std::path::Path) -> bool {
+    let tail = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("seg-"))
+        .max();
+    tail.and_then(|p| std::fs::read(p).ok())
+        .is_some_and(|b| b.len() >= 24 && b[20..24] != [0; 4])
+}
+
 fn crash_cycles(backend_name: &str) {
     if std::env::var("BASALT_CRASH_CHILD_DIR").is_ok() {
         return;
@@ -243,6 +256,7 @@ fn crash_cycles(backend_name: &str) {
     let (mut in_flight_applied, mut in_flight_lost, mut total_acked) = (0, 0, 0);
     let (mut big_acked, mut big_in_flight) = (0, 0);
     let mut deletes_gen = 0;
+    let mut reused_tails = 0;
     let child_log = dir.path().join("child-stderr.log");
     for cycle in 0..cycles {
         let mut child = Command::new(&exe)
@@ -304,6 +318,7 @@ fn crash_cycles(backend_name: &str) {
             apply(&mut model, id);
         }
         total_acked += acked.len();
+        reused_tails += usize::from(tail_is_a_reused_file(dir.path()));
         big_acked += acked.iter().filter(|&&id| is_big(id)).count();
         let in_flight = begun.iter().copied().find(|b| !acked.contains(b));
         big_in_flight += usize::from(in_flight.is_some_and(is_big));
@@ -353,12 +368,17 @@ fn crash_cycles(backend_name: &str) {
         "crash harness ({backend_name}): {cycles} kill -9 cycles, {total_acked} acknowledged batches all present; \
          in-flight batch applied {in_flight_applied}x, absent {in_flight_lost}x; {} live keys at the end; \
          batches over 1 MiB: {big_acked} acknowledged, {big_in_flight} in flight at the kill; \
-         delete list rewritten whole up to generation {deletes_gen}",
+         delete list rewritten whole up to generation {deletes_gen}; \
+         the tail was a reused segment file at {reused_tails} kills",
         model.len()
     );
     assert!(
         deletes_gen > 0,
         "the delete list was never rewritten whole, so no kill could land around it"
+    );
+    assert!(
+        reused_tails > 0,
+        "no kill landed while the tail was a recycled segment file"
     );
     assert!(
         big_in_flight > 0,

@@ -9,8 +9,8 @@ use common::{noise, read_test_options};
 use std::path::{Path, PathBuf};
 
 /// The format version this build writes (`SEG_VERSION`); the one before it lacks
-/// rotated paged blocks.
-const CURRENT: u32 = 4;
+/// checksums seeded with the segment id.
+const CURRENT: u32 = 5;
 
 fn segments(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -27,13 +27,42 @@ fn header_version(seg: &Path) -> u32 {
     u32::from_le_bytes(b[8..12].try_into().unwrap())
 }
 
-/// Rewrites `seg`'s header to say `version` (with a valid checksum), as a file written
-/// by a build of that version would.
+/// Rewrites `seg`'s header to say `version` (with a valid checksum: from version 5 it
+/// covers bytes 20..24 too).
 fn set_header_version(seg: &Path, version: u32) {
     let mut b = std::fs::read(seg).unwrap();
     b[8..12].copy_from_slice(&version.to_le_bytes());
-    let crc = crc32c::crc32c(&b[0..16]);
+    let mut crc = crc32c::crc32c(&b[0..16]);
+    if version >= 5 {
+        crc = crc32c::crc32c_append(crc, &b[20..24]);
+    }
     b[16..20].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(seg, b).unwrap();
+}
+
+/// Makes `seg`, written by this build, what the build before it wrote: a version 4
+/// header and block checksums without the segment id's seed. Walks the blocks from
+/// offset 4096 (40-byte headers: magic, crc, flags, ..., `payload_len` at 12..16,
+/// `pages` at 20..24).
+fn make_previous_format(seg: &Path) {
+    set_header_version(seg, CURRENT - 1);
+    let mut b = std::fs::read(seg).unwrap();
+    let mut off = 4096;
+    while off + 40 <= b.len() && b[off..off + 4] == *b"BLK1" {
+        let field = |at: usize| u32::from_le_bytes(b[off + at..off + at + 4].try_into().unwrap());
+        let (flags, payload_len, pages) = (b[off + 8], field(12) as usize, field(20) as usize);
+        let covered = if flags & 4 != 0 {
+            40 + 4 * pages
+        } else {
+            40 + payload_len
+        };
+        let crc = crc32c::crc32c(&b[off + 8..off + covered]);
+        b[off + 4..off + 8].copy_from_slice(&crc.to_le_bytes());
+        off += 40 + payload_len;
+        if flags & 2 != 0 {
+            off = off.next_multiple_of(4096);
+        }
+    }
     std::fs::write(seg, b).unwrap();
 }
 
@@ -62,7 +91,7 @@ fn a_tail_segment_of_the_previous_format_is_sealed_not_appended_to() {
     }
     let old = segments(dir.path());
     let tail = old.last().unwrap().clone();
-    set_header_version(&tail, CURRENT - 1);
+    make_previous_format(&tail);
     let big = noise(40_000, 3);
     {
         let db = Db::open(dir.path(), opts()).unwrap();
@@ -107,7 +136,7 @@ fn an_empty_tail_segment_of_the_previous_format_gets_the_current_header() {
     drop(Db::open(dir.path(), opts()).unwrap());
     let segs = segments(dir.path());
     let tail = segs.last().unwrap().clone();
-    set_header_version(&tail, CURRENT - 1);
+    make_previous_format(&tail);
     let big = noise(40_000, 4);
     {
         let db = Db::open(dir.path(), opts()).unwrap();

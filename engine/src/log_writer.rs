@@ -107,7 +107,9 @@ pub fn create_segment(
                     "cannot reuse {} for segment {id}: {e}; creating a new file",
                     free.display()
                 );
+                // Whichever name the file has now: a new file is made below.
                 let _ = std::fs::remove_file(&free);
+                let _ = std::fs::remove_file(&path);
             }
         }
     }

@@ -6,7 +6,9 @@ use crate::codec::align_up;
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::io::{DataFile, IoCounters, IoMode};
-use crate::segment::{block_seed, check_header, header_len, read_footer, scan_blocks, DATA_START};
+use crate::segment::{
+    block_seed, check_header, footer_len, header_len, read_footer, scan_blocks, DATA_START,
+};
 use crate::{Direction, Options};
 use serde::Serialize;
 use std::ops::Bound;
@@ -133,11 +135,14 @@ pub fn check(path: &Path) -> Result<CheckReport> {
                     "corruption in {p}: footer block list disagrees with the blocks found"
                 ));
             }
-            // Zero padding between the data end and the footer, and inside the footer.
+            // Zero padding between the data end and the footer, inside the footer,
+            // and on the end page of a reused file sealed short of its length (the
+            // bytes between its footer and that page are the older segment's).
             let foff = align_up(*data_end, PAGE as u64);
             let len = file.len()?;
+            let fend = (foff + footer_len(fblocks.len())).min(len);
             let start = crate::codec::align_down(*data_end, PAGE as u64);
-            let mut tail = AlignedBuf::zeroed((len - start) as usize);
+            let mut tail = AlignedBuf::zeroed((fend - start) as usize);
             file.read_full(&mut tail, start)?;
             let gap = &tail[(*data_end - start) as usize..(foff - start) as usize];
             if let Some(at) = nonzero_at(gap) {
@@ -155,6 +160,21 @@ pub fn check(path: &Path) -> Result<CheckReport> {
                     "corruption in {p} at offset {}: non-zero byte in footer padding",
                     foff + (body + at) as u64
                 ));
+            }
+            if len > fend {
+                let mut end_page = AlignedBuf::zeroed(PAGE);
+                file.read_full(&mut end_page, len - PAGE as u64)?;
+                if header.recycled_from == 0 {
+                    rep.problems.push(format!(
+                        "corruption in {p}: {} bytes after the footer of a segment that reuses no file",
+                        len - fend
+                    ));
+                } else if let Some(at) = nonzero_at(&end_page[..PAGE - 16]) {
+                    rep.problems.push(format!(
+                        "corruption in {p} at offset {}: non-zero byte in the end page",
+                        len - PAGE as u64 + at as u64
+                    ));
+                }
             }
         } else if expected.len() != scan.blocks.len() {
             rep.problems.push(format!(

@@ -27,7 +27,8 @@ use crate::log_io::{Job, LogIo};
 use crate::options::Compression;
 use crate::record::{RecordRef, Seqno};
 use crate::segment::{
-    encode_footer, segment_path, write_header, BlockInfo, SegHeader, SegId, DATA_START, SEG_VERSION,
+    encode_end_page, encode_footer, segment_path, write_header, BlockInfo, SegHeader, SegId,
+    DATA_START, SEG_VERSION,
 };
 use crate::segments::{Segment, SegmentCaches};
 use std::path::PathBuf;
@@ -498,8 +499,18 @@ impl LogWriter {
             encode_footer(&blocks, data_end)
         };
         let at = align_up(data_end, PAGE as u64);
+        let end = at + footer.len() as u64;
         let res = self.seg.file.write_aligned(&footer, at).and_then(|_| {
-            self.seg.file.set_len(at + footer.len() as u64)?;
+            let len = self.seg.file.len()?;
+            if self.seg.recycled_from != 0 && len % PAGE as u64 == 0 && len >= end + PAGE as u64 {
+                // A reused file keeps its length, all of it written, for its next
+                // reuse: the end marker goes on its last page (zeroed at reuse).
+                self.seg
+                    .file
+                    .write_aligned(&encode_end_page(at), len - PAGE as u64)?;
+            } else {
+                self.seg.file.set_len(end)?;
+            }
             self.seg.file.sync_data()
         });
         if let Err(e) = res {

@@ -177,7 +177,7 @@ pub fn check_header(page: &[u8], id: SegId, path: &Path) -> Result<SegHeader> {
 /// to write at `align_up(data_end)`.
 pub fn encode_footer(blocks: &[BlockInfo], data_end: u64) -> AlignedBuf {
     let body = 8 + 4 + 8 + blocks.len() * FOOTER_ENTRY + 4;
-    let total = align_up((body + 16) as u64, PAGE as u64) as usize;
+    let total = footer_len(blocks.len()) as usize;
     let mut b = Vec::with_capacity(body);
     b.extend_from_slice(FOOTER_MAGIC);
     b.extend_from_slice(&(blocks.len() as u32).to_le_bytes());
@@ -244,7 +244,27 @@ pub fn decode_footer(b: &[u8], path: &Path, footer_off: u64) -> Result<(Vec<Bloc
     Ok((blocks, data_end))
 }
 
+/// Bytes of an encoded footer of `count` blocks (page aligned, end marker included).
+pub fn footer_len(count: usize) -> u64 {
+    align_up(
+        (8 + 4 + 8 + count * FOOTER_ENTRY + 4 + 16) as u64,
+        PAGE as u64,
+    )
+}
+
+/// The last page of a sealed segment whose file is longer than its footer (a reused
+/// file keeps its length): zeros, then `footer_off | "BSLTEND1"`.
+pub fn encode_end_page(footer_off: u64) -> AlignedBuf {
+    let mut page = AlignedBuf::zeroed(PAGE);
+    page[PAGE - 16..PAGE - 8].copy_from_slice(&footer_off.to_le_bytes());
+    page[PAGE - 8..].copy_from_slice(END_MAGIC);
+    page
+}
+
 /// Reads the footer of a sealed segment; `Ok(None)` if the segment has none (tail).
+/// The footer starts at the offset the file's last page names; it usually ends there,
+/// but a reused file sealed short of its length has stale bytes between the footer
+/// and that page.
 pub fn read_footer(file: &DataFile) -> Result<Option<(Vec<BlockInfo>, u64)>> {
     let len = file.len()?;
     if len < DATA_START + PAGE as u64 || len % PAGE as u64 != 0 {
@@ -263,7 +283,11 @@ pub fn read_footer(file: &DataFile) -> Result<Option<(Vec<BlockInfo>, u64)>> {
             "segment end marker points outside the file",
         ));
     }
-    let mut buf = AlignedBuf::zeroed((len - footer_off) as usize);
+    let mut first = AlignedBuf::zeroed(PAGE);
+    file.read_full(&mut first, footer_off)?;
+    let count = u32::from_le_bytes(first[8..12].try_into().unwrap()) as usize;
+    let total = footer_len(count).min(len - footer_off);
+    let mut buf = AlignedBuf::zeroed(total as usize);
     file.read_full(&mut buf, footer_off)?;
     decode_footer(&buf, file.path(), footer_off).map(Some)
 }

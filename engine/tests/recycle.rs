@@ -35,6 +35,30 @@ fn value(k: u32, round: u32) -> Vec<u8> {
     v
 }
 
+/// Lengths of the free files now, by the id of the segment each held.
+fn free_lengths(dir: &Path) -> BTreeMap<u32, u64> {
+    names(dir, "free-")
+        .into_iter()
+        .map(|n| {
+            let id = n["free-".len()..n.len() - ".log".len()].parse().unwrap();
+            (id, std::fs::metadata(dir.join(&n)).unwrap().len())
+        })
+        .collect()
+}
+
+/// For every segment file reusing one of `before`'s free files: (its length now, the
+/// free file's length).
+fn reused_lengths(dir: &Path, before: &BTreeMap<u32, u64>) -> Vec<(u64, u64)> {
+    names(dir, "seg-")
+        .into_iter()
+        .filter_map(|n| {
+            let path = dir.join(&n);
+            let old = before.get(&recycled_from(&path))?;
+            Some((std::fs::metadata(&path).unwrap().len(), *old))
+        })
+        .collect()
+}
+
 fn names(dir: &Path, prefix: &str) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
@@ -47,17 +71,36 @@ fn names(dir: &Path, prefix: &str) -> Vec<String> {
 }
 
 /// Overwrites every key of 0..keys (round `round`), then collects garbage until GC
-/// finds nothing more to do.
-fn overwrite_and_collect(db: &Db, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, keys: u32, round: u32) {
+/// finds nothing more to do, noting the free files' lengths before each GC run in
+/// `free_seen` (by the id of the segment each held).
+fn overwrite_and_collect_noting(
+    db: &Db,
+    model: &mut BTreeMap<Vec<u8>, Vec<u8>>,
+    keys: u32,
+    round: u32,
+    free_seen: &mut BTreeMap<u32, u64>,
+) {
     let c = db.collection_or_create("docs").unwrap();
     for k in 0..keys {
+        if k % 16 == 0 {
+            free_seen.extend(free_lengths(db.path()));
+        }
         let key = format!("key{k:05}").into_bytes();
         let v = value(k, round);
         c.put(&key, &v).unwrap();
         model.insert(key, v);
     }
     db.flush().unwrap();
-    while db.gc_force_one().unwrap() {}
+    loop {
+        free_seen.extend(free_lengths(db.path()));
+        if !db.gc_force_one().unwrap() {
+            break;
+        }
+    }
+}
+
+fn overwrite_and_collect(db: &Db, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, keys: u32, round: u32) {
+    overwrite_and_collect_noting(db, model, keys, round, &mut BTreeMap::new());
 }
 
 fn assert_matches(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>, when: &str) {
@@ -92,8 +135,22 @@ fn retired_segments_are_reused_across_reopens_and_check_passes() {
         s.free_segment_files,
         "stats count the free files"
     );
-    // Writes after the GC runs go to reused files.
-    overwrite_and_collect(&db, &mut model, KEYS, 2);
+    // Writes after the GC runs go to reused files. GC seals the tail early (each run
+    // starts a fresh segment), but a reused file never gets shorter: its written
+    // length is what makes the next reuse an overwrite.
+    let mut free_seen = BTreeMap::new();
+    overwrite_and_collect_noting(&db, &mut model, KEYS, 2, &mut free_seen);
+    let reused = reused_lengths(dir.path(), &free_seen);
+    assert!(
+        !reused.is_empty(),
+        "a live segment reuses a file freed before"
+    );
+    for (now, before) in &reused {
+        assert!(
+            now >= before,
+            "a reused file shrank from {before} to {now} bytes"
+        );
+    }
     let s = db.stats();
     assert!(
         s.segments_recycled >= 2,
@@ -277,4 +334,60 @@ fn a_crash_right_after_reusing_a_file_leaves_an_empty_tail() {
         db.collection("docs").unwrap().get(b"after").unwrap(),
         Some(value(1, 3))
     );
+}
+
+/// GC starts each run's copies in a fresh segment, so the segment holding the
+/// previous run's copies is sealed early. When that segment is a reused file, the
+/// file keeps its whole (written) length, the footer's end marker moving to its last
+/// page: the next reuse then overwrites written blocks all the way.
+#[test]
+fn a_reused_file_sealed_early_keeps_its_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut model = BTreeMap::new();
+    let db = Db::open(dir.path(), opts(2)).unwrap();
+    overwrite_and_collect(&db, &mut model, KEYS, 0);
+    overwrite_and_collect(&db, &mut model, KEYS, 1);
+    let c = db.collection("docs").unwrap();
+    for k in (0..KEYS).step_by(2) {
+        let key = format!("key{k:05}").into_bytes();
+        c.put(&key, &value(k, 2)).unwrap();
+        model.insert(key, value(k, 2));
+    }
+    drop(c);
+    db.flush().unwrap();
+    let mut free_seen = BTreeMap::new();
+    for _ in 0..6 {
+        free_seen.extend(free_lengths(dir.path()));
+        db.gc_force_one().unwrap();
+    }
+    let stats = db.stats();
+    let mut kept = 0;
+    for s in stats.segments.iter().filter(|s| s.sealed) {
+        let path = dir.path().join(format!("seg-{:08}.log", s.id));
+        let Some(&before) = free_seen.get(&recycled_from(&path)) else {
+            continue;
+        };
+        let now = std::fs::metadata(&path).unwrap().len();
+        assert!(
+            now >= before,
+            "segment {} shrank from {before} to {now}",
+            s.id
+        );
+        if s.record_bytes < before / 2 {
+            kept += 1;
+        }
+    }
+    assert!(
+        kept > 0,
+        "no reused file was sealed early: {:?}",
+        stats.segments
+    );
+    assert_matches(&db, &model, "after the GC runs");
+    db.close().unwrap();
+    let rep = check(dir.path()).unwrap();
+    assert!(rep.is_ok(), "check: {:?}", rep.problems);
+    let db = Db::open(dir.path(), opts(2)).unwrap();
+    assert_matches(&db, &model, "after reopen");
+    overwrite_and_collect(&db, &mut model, KEYS, 3);
+    assert_matches(&db, &model, "after reusing the kept files");
 }

@@ -7,7 +7,8 @@ use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::io::{DataFile, IoCounters, IoMode};
 use crate::segment::{
-    block_seed, check_header, footer_len, header_len, read_footer, scan_blocks, DATA_START,
+    block_seed, check_header, footer_body_len, footer_len, header_len, read_footer, scan_blocks,
+    DATA_START,
 };
 use crate::{Direction, Options};
 use serde::Serialize;
@@ -152,7 +153,7 @@ pub fn check(path: &Path) -> Result<CheckReport> {
                 ));
             }
             let footer_bytes = &tail[(foff - start) as usize..];
-            let body = 8 + 4 + 8 + fblocks.len() * 33 + 4;
+            let body = footer_body_len(fblocks.len());
             if let Some(at) =
                 nonzero_at(&footer_bytes[body.min(footer_bytes.len())..footer_bytes.len() - 16])
             {

@@ -176,7 +176,7 @@ pub fn check_header(page: &[u8], id: SegId, path: &Path) -> Result<SegHeader> {
 /// Encodes the footer for blocks ending at `data_end`; returns page-aligned bytes
 /// to write at `align_up(data_end)`.
 pub fn encode_footer(blocks: &[BlockInfo], data_end: u64) -> AlignedBuf {
-    let body = 8 + 4 + 8 + blocks.len() * FOOTER_ENTRY + 4;
+    let body = footer_body_len(blocks.len());
     let total = footer_len(blocks.len()) as usize;
     let mut b = Vec::with_capacity(body);
     b.extend_from_slice(FOOTER_MAGIC);
@@ -244,12 +244,15 @@ pub fn decode_footer(b: &[u8], path: &Path, footer_off: u64) -> Result<(Vec<Bloc
     Ok((blocks, data_end))
 }
 
+/// Bytes of a footer's body of `count` blocks: magic, count, data end, the block
+/// list and the checksum (zero padding and the end marker follow).
+pub fn footer_body_len(count: usize) -> usize {
+    8 + 4 + 8 + count * FOOTER_ENTRY + 4
+}
+
 /// Bytes of an encoded footer of `count` blocks (page aligned, end marker included).
 pub fn footer_len(count: usize) -> u64 {
-    align_up(
-        (8 + 4 + 8 + count * FOOTER_ENTRY + 4 + 16) as u64,
-        PAGE as u64,
-    )
+    align_up((footer_body_len(count) + 16) as u64, PAGE as u64)
 }
 
 /// The last page of a sealed segment whose file is longer than its footer (a reused
@@ -443,7 +446,7 @@ mod tests {
         let f = encode_footer(&blocks, 8196);
         let (got, end) = decode_footer(&f, Path::new("s"), 8192).unwrap();
         assert_eq!((got, end), (blocks, 8196));
-        let body = 8 + 4 + 8 + 2 * FOOTER_ENTRY + 4;
+        let body = footer_body_len(2);
         for bit in 0..body * 8 {
             let mut c = f.to_vec();
             c[bit / 8] ^= 1 << (bit % 8);

@@ -7,8 +7,7 @@ use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::io::{DataFile, IoCounters, IoMode};
 use crate::segment::{
-    block_seed, check_header, footer_body_len, footer_len, header_len, read_footer, scan_blocks,
-    DATA_START,
+    check_header, footer_body_len, footer_len, header_len, read_footer, scan_blocks, DATA_START,
 };
 use crate::{Direction, Options};
 use serde::Serialize;
@@ -97,7 +96,7 @@ pub fn check(path: &Path) -> Result<CheckReport> {
         // GC's dead sets are keyed by seqno: a segment must never hold one twice.
         let mut seqnos = roaring::RoaringTreemap::new();
         let mut repeated = None;
-        let seed = block_seed(header.version, seg.id);
+        let seed = seg.seed();
         let scan = scan_blocks(&file, DATA_START, limit, seed, |off, _, bytes| {
             let (_, raw) = crate::block::decode(bytes, file.path(), off, seed)?;
             for (_, r) in crate::record::RecordIter::new(&raw).flatten() {

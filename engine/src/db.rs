@@ -580,7 +580,9 @@ impl Db {
                                     header.recycled_from
                                 );
                             }
-                            if !read_only {
+                            // A clean end needs no write: the writer zero-pads its
+                            // last page, and old blocks never verify here.
+                            if !read_only && scan.committed_end < scan.stopped_at {
                                 crate::recovery::zero_range(
                                     &file,
                                     scan.committed_end,

@@ -289,8 +289,11 @@ pub fn read_footer(file: &DataFile) -> Result<Option<(Vec<BlockInfo>, u64)>> {
     let mut first = AlignedBuf::zeroed(PAGE);
     file.read_full(&mut first, footer_off)?;
     let count = u32::from_le_bytes(first[8..12].try_into().unwrap()) as usize;
-    let total = footer_len(count).min(len - footer_off);
-    let mut buf = AlignedBuf::zeroed(total as usize);
+    let total = footer_len(count).min(len - footer_off) as usize;
+    if total <= PAGE {
+        return decode_footer(&first[..total], file.path(), footer_off).map(Some);
+    }
+    let mut buf = AlignedBuf::zeroed(total);
     file.read_full(&mut buf, footer_off)?;
     decode_footer(&buf, file.path(), footer_off).map(Some)
 }

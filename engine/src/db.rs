@@ -212,8 +212,8 @@ impl From<RecordRef<'_>> for OwnedRecord {
 /// What a commit writes: user operations or GC copies.
 pub(crate) enum CommitOps<'a> {
     User(Vec<(CollId, Kind, &'a [u8], &'a [u8])>),
-    /// GC copies, with the number of the GC run that makes them.
-    Reloc(&'a [OwnedRecord], u64),
+    /// GC copies (those the tail segment already holds are left out).
+    Reloc(&'a [OwnedRecord]),
     Catalog(CatalogOp),
 }
 
@@ -1133,7 +1133,7 @@ impl Inner {
                     encoded += crate::record::encoded_len(0, u64::MAX, k.len(), val.len()) as u64;
                 }
             }
-            CommitOps::Reloc(recs, _) => {
+            CommitOps::Reloc(recs) => {
                 encoded = recs
                     .iter()
                     .map(|r| {
@@ -1149,11 +1149,8 @@ impl Inner {
         }
         let is_catalog = matches!(ops, CommitOps::Catalog(_));
         let mut w = self.writer.lock();
-        let gc_run = match ops {
-            CommitOps::Reloc(_, run) => Some(run),
-            _ => None,
-        };
-        if let Some(seg) = w.prepare(encoded + crate::block::HEADER_LEN as u64 * 4, gc_run)? {
+        let copies = matches!(ops, CommitOps::Reloc(_));
+        if let Some(seg) = w.prepare(encoded + crate::block::HEADER_LEN as u64 * 4, copies)? {
             let mut segs = self.segments.write();
             let mut m = (**segs).clone();
             m.insert(seg.id, seg);
@@ -1163,6 +1160,7 @@ impl Inner {
         let seg_id = w.seg.id;
         let mut last = 0;
         let mut dead = Vec::new();
+        let mut copied = Vec::new();
         w.begin_batch();
         let res: Result<()> = (|| {
             match &ops {
@@ -1197,8 +1195,11 @@ impl Inner {
                         last = seqno;
                     }
                 }
-                CommitOps::Reloc(recs, _) => {
+                CommitOps::Reloc(recs) => {
                     for r in recs.iter() {
+                        if w.tail_holds_copy(r.seqno) {
+                            continue;
+                        }
                         let rec = RecordRef {
                             kind: r.kind,
                             reloc: true,
@@ -1208,6 +1209,7 @@ impl Inner {
                             value: &r.value,
                         };
                         let off = w.add(&rec)?;
+                        copied.push(r.seqno);
                         let e = IndexEntry {
                             seqno: r.seqno,
                             kind: r.kind,
@@ -1251,6 +1253,12 @@ impl Inner {
             Ok(())
         })();
         w.end_batch();
+        match &res {
+            Ok(()) => w.note_copies(copied),
+            // Some copies may be in the tail: which ones is not known any more.
+            Err(_) if copies => w.forget_copies(),
+            Err(_) => {}
+        }
         res?;
         if last > 0 {
             self.visible_seqno.store(last, Ordering::SeqCst);

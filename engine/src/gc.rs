@@ -4,8 +4,8 @@
 //! delete list over the segment's record bytes) among segments entirely covered by the
 //! last checkpoint. GC runs while the live fraction of the log is below the target
 //! fill (`target_fill_pct`, Magma's PctUsed). Live records — those not in the delete
-//! list and not of a dropped collection — are copied to the log tail in seqno order as
-//! *relocated* records (same seqno, flag set), which the index treats as winning ties
+//! list and not of a dropped collection — are copied to the log tail in runs of
+//! ascending seqnos as *relocated* records (same seqno, flag set), which the index treats as winning ties
 //! but never shadowing a newer seqno. Once the copies are durable, a checkpoint
 //! without the victim is written and the file is deleted when no reader, iterator or
 //! snapshot holds it any more.
@@ -15,17 +15,13 @@ use crate::codec::{align_down, align_up};
 use crate::db::{CommitOps, Inner, OwnedRecord};
 use crate::error::{Error, Result};
 use crate::flush::{merge_debt, merge_delay_nanos_per_kib, write_checkpoint};
-use crate::record::{Kind, RecordIter, RecordRef, Seqno};
+use crate::record::{Kind, RecordIter, RecordRef};
 use crate::segment::{BlockInfo, SegId};
 use crate::segments::Segment;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Numbers GC attempts (process-wide; only uniqueness matters). Each attempt's copies
-/// start in a fresh segment, so a segment never holds two records with one seqno.
-static NEXT_GC_RUN: AtomicU64 = AtomicU64::new(0);
 
 /// Bytes of copies GC inserts per commit (under the writer lock).
 const GC_COMMIT_BYTES: usize = 128 << 10;
@@ -257,13 +253,15 @@ fn keep_users_limit(inner: &Inner) -> u64 {
 /// Collects one segment if GC is due (or the best candidate with `force`).
 /// Returns whether a segment was collected.
 ///
-/// Copies are made in seqno order, reading the victim once or, where its live user
-/// writes are many, partly twice. A segment holds user writes and the copies of at
-/// most one GC run, each in seqno order in the file, and every copy is older than every
-/// user write beside it (copies come from segments sealed before this one was started).
-/// So the first pass copies the GC copies as it meets them and keeps the live user
-/// writes, up to `keep_users_limit` bytes; the second copies those, then reads the
-/// chunks holding the rest again (all after the kept ones in the file) and copies them.
+/// Copies are made in runs of ascending seqnos, reading the victim once or, where its
+/// live user writes are many, partly twice. A segment holds user writes, in seqno
+/// order in the file, and GC copies, each GC run's in seqno order (consecutive runs
+/// share the tail segment), and every copy is older than every user write beside it
+/// (copies come from segments sealed before this one was started). So the first pass
+/// copies the GC copies as it meets them and keeps the live user writes, up to
+/// `keep_users_limit` bytes; the second copies those, then reads the chunks holding the
+/// rest again (all after the kept ones in the file) and copies them. Blocks of copies
+/// thus keep narrow seqno ranges, which bounds what the change feed holds at once.
 pub fn gc_once(inner: &Arc<Inner>, force: bool) -> Result<bool> {
     gc_once_keeping(inner, force, keep_users_limit(inner))
 }
@@ -276,6 +274,13 @@ fn gc_once_keeping(inner: &Arc<Inner>, force: bool, keep_limit: u64) -> Result<b
     let Some(victim) = pick_victim(inner, force) else {
         return Ok(false);
     };
+    collect(inner, &victim, keep_limit)?;
+    Ok(true)
+}
+
+/// Copies the live records of `victim` (see [`gc_once`]) and retires it. The caller
+/// holds `gc_lock`.
+fn collect(inner: &Arc<Inner>, victim: &Arc<Segment>, keep_limit: u64) -> Result<()> {
     let dead = inner
         .garbage
         .lock()
@@ -295,19 +300,16 @@ fn gc_once_keeping(inner: &Arc<Inner>, force: bool, keep_limit: u64) -> Result<b
     let mut copier = Copier {
         inner,
         victim: victim.id,
-        run: NEXT_GC_RUN.fetch_add(1, Ordering::SeqCst),
         piece: Vec::new(),
         piece_bytes: 0,
         moved: 0,
-        last: None,
-        out_of_order: 0,
     };
     // Chunks holding live user writes, in file order, with those writes where they
     // fit in `keep_limit` (once one does not, no later chunk keeps its writes either,
     // so kept writes all come before those read again).
     let mut user_chunks: Vec<(usize, Option<Vec<OwnedRecord>>)> = Vec::new();
     let mut kept = 0u64;
-    for_each_chunk(inner, &victim, &blocks, &chunks, |i, r| {
+    for_each_chunk(inner, victim, &blocks, &chunks, |i, r| {
         if !keep(&r) {
             return Ok(());
         }
@@ -336,20 +338,13 @@ fn gc_once_keeping(inner: &Arc<Inner>, force: bool, keep_limit: u64) -> Result<b
             None => again.push(chunks[i].clone()),
         }
     }
-    for_each_chunk(inner, &victim, &blocks, &again, |_, r| {
+    for_each_chunk(inner, victim, &blocks, &again, |_, r| {
         if keep(&r) && !r.reloc {
             return copier.add(OwnedRecord::from(r));
         }
         Ok(())
     })?;
     copier.flush()?;
-    if copier.out_of_order > 0 {
-        tracing::warn!(
-            "GC copied {} record(s) of segment {} out of seqno order",
-            copier.out_of_order,
-            victim.id
-        );
-    }
     let target = inner.commit_no.load(Ordering::SeqCst);
     inner.sync_upto(target)?;
     crate::failpoint::hit("gc-before-retire");
@@ -365,7 +360,7 @@ fn gc_once_keeping(inner: &Arc<Inner>, force: bool, keep_limit: u64) -> Result<b
         .gc_bytes_reclaimed
         .fetch_add(victim.disk_bytes(), Ordering::Relaxed);
     inner.bg_cond.notify_all();
-    Ok(true)
+    Ok(())
 }
 
 /// Gathers a GC run's copies into pieces of about `GC_COMMIT_BYTES`, each inserted as
@@ -373,22 +368,14 @@ fn gc_once_keeping(inner: &Arc<Inner>, force: bool, keep_limit: u64) -> Result<b
 struct Copier<'a> {
     inner: &'a Inner,
     victim: SegId,
-    run: u64,
     piece: Vec<OwnedRecord>,
     piece_bytes: usize,
     /// Bytes copied so far (keys and values).
     moved: u64,
-    last: Option<Seqno>,
-    /// Copies that came after a higher seqno (none while the layout invariant holds).
-    out_of_order: u64,
 }
 
 impl Copier<'_> {
     fn add(&mut self, r: OwnedRecord) -> Result<()> {
-        if self.last.is_some_and(|l| r.seqno <= l) {
-            self.out_of_order += 1;
-        }
-        self.last = Some(r.seqno);
         self.piece_bytes += r.key.len() + r.value.len() + 16;
         self.piece.push(r);
         if self.piece_bytes >= GC_COMMIT_BYTES {
@@ -424,7 +411,7 @@ impl Copier<'_> {
             .map(|r| (r.key.len() + r.value.len()) as u64)
             .sum::<u64>();
         if !self.piece.is_empty() {
-            inner.commit(CommitOps::Reloc(&self.piece, self.run))?;
+            inner.commit(CommitOps::Reloc(&self.piece))?;
         }
         self.piece.clear();
         Ok(())
@@ -522,17 +509,149 @@ mod tests {
         .unwrap()
     }
 
+    fn assert_no_seqno_twice(recs: &[(bool, u64)]) {
+        let mut seen = std::collections::HashSet::new();
+        for r in recs {
+            assert!(seen.insert(r.1), "seqno {} twice in one segment", r.1);
+        }
+    }
+
+    /// Loads three rounds into 1 MiB segments and flushes, so that the first round's
+    /// segments are mostly garbage.
+    fn loaded_db(dir: &std::path::Path) -> (Db, crate::Collection) {
+        let db = open_db(dir, 1 << 20, 32 << 20);
+        let c = db.create_collection("c").unwrap();
+        for round in 0..3u8 {
+            write_round(&c, round);
+        }
+        db.flush().unwrap();
+        (db, c)
+    }
+
+    fn segment_ids(db: &Db) -> Vec<crate::segment::SegId> {
+        db.inner.segments.read().keys().copied().collect()
+    }
+
+    fn assert_last_round_and_check(dir: &std::path::Path, db: Db, c: crate::Collection) {
+        for k in 0..KEYS {
+            assert_eq!(c.get(&k.to_be_bytes()).unwrap().unwrap(), value(k, 2));
+            if k % 4 == 0 {
+                for round in 0..3 {
+                    let v = c.get(&cold_key(k, round)).unwrap();
+                    assert_eq!(v.unwrap(), value(k, round));
+                }
+            }
+        }
+        for recs in records_in_file_order(&db) {
+            assert_no_seqno_twice(&recs);
+        }
+        drop((c, db));
+        let rep = crate::check(dir).unwrap();
+        assert!(rep.is_ok(), "{:?}", rep.problems);
+    }
+
+    /// GC used to start every run's copies in a fresh segment, so a stretch of GC left
+    /// one small segment per run (the next victims, and the recycled files user
+    /// writes then found too short). Consecutive runs now fill the tail together.
+    #[test]
+    fn consecutive_gc_runs_share_the_tail_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, c) = loaded_db(dir.path());
+        let before = *segment_ids(&db).last().unwrap();
+        let runs = 8;
+        for _ in 0..runs {
+            assert!(db.gc_force_one().unwrap());
+        }
+        let st = db.stats();
+        let new: Vec<_> = segment_ids(&db)
+            .into_iter()
+            .filter(|id| *id > before)
+            .collect();
+        println!(
+            "{runs} GC runs copied {} bytes into {} new segment(s) of 1 MiB: {new:?}",
+            st.gc_bytes_moved,
+            new.len()
+        );
+        assert!(st.gc_bytes_moved > 0, "the runs copied something");
+        assert!(
+            (new.len() as u64) <= st.gc_bytes_moved / (1 << 20) + 2,
+            "{} new segments for {} bytes of copies",
+            new.len(),
+            st.gc_bytes_moved
+        );
+        assert!(new.len() < runs, "runs shared a segment: {new:?}");
+        assert_last_round_and_check(dir.path(), db, c);
+    }
+
+    /// A GC attempt that stops after some of its copies are in the tail (an error
+    /// before the victim is retired) and is retried leaves each record once in the
+    /// tail: the retry leaves out the copies the tail already holds.
+    #[test]
+    fn a_retried_gc_attempt_does_not_copy_a_record_twice_into_the_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, c) = loaded_db(dir.path());
+        let inner = &db.inner;
+        let _g = inner.gc_lock.lock();
+        let victim = super::pick_victim(inner, true).unwrap();
+        let dead = inner
+            .garbage
+            .lock()
+            .segs
+            .get(&victim.id)
+            .unwrap()
+            .dead
+            .clone();
+        let blocks = victim.blocks.read().clone();
+        let mut live = Vec::new();
+        for_each_chunk(inner, &victim, &blocks, &read_chunks(&blocks), |_, r| {
+            if !dead.contains(r.seqno) && !r.reloc {
+                live.push(crate::db::OwnedRecord::from(r));
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert!(
+            live.len() > 10,
+            "the victim has live records: {}",
+            live.len()
+        );
+        // The interrupted attempt: half of the copies, then no retirement.
+        let mut first = super::Copier {
+            inner,
+            victim: victim.id,
+            piece: Vec::new(),
+            piece_bytes: 0,
+            moved: 0,
+        };
+        let half = live.len() / 2;
+        live.drain(..half).try_for_each(|r| first.add(r)).unwrap();
+        first.flush().unwrap();
+        let tail = inner.writer.lock().seg.id;
+        super::collect(inner, &victim, u64::MAX).unwrap();
+        assert!(
+            !inner.segments.read().contains_key(&victim.id),
+            "victim retired"
+        );
+        assert_eq!(
+            inner.writer.lock().seg.id,
+            tail,
+            "the retry wrote into the same tail"
+        );
+        drop(_g);
+        assert_last_round_and_check(dir.path(), db, c);
+    }
+
     fn ascending(seqnos: impl Iterator<Item = u64>) -> bool {
         let v: Vec<u64> = seqnos.collect();
         v.windows(2).all(|w| w[0] < w[1])
     }
 
-    /// A victim written while GC ran holds user writes and another GC run's copies
-    /// interleaved. GC still copies in seqno order, whether it keeps a victim's live
+    /// A victim written while GC ran holds user writes and GC copies interleaved. GC
+    /// still copies each run's records in seqno order and user writes after them, whether it keeps a victim's live
     /// user writes from its first pass (read once), keeps none (the chunks holding
     /// them read twice) or runs out of room for them part way.
     #[test]
-    fn gc_copies_in_seqno_order_reading_a_victim_once_when_its_user_writes_fit() {
+    fn gc_copies_in_ascending_runs_reading_a_victim_once_when_its_user_writes_fit() {
         let dir = tempfile::tempdir().unwrap();
         let db = open_db(dir.path(), 4 << 20, 32 << 20);
         let c = db.create_collection("c").unwrap();
@@ -614,14 +733,19 @@ mod tests {
             "keeping all, a victim is read once: {all:?}"
         );
         for recs in records_in_file_order(&db) {
+            // Consecutive runs share a segment: each run's copies ascend, so every
+            // descent in a segment's copies starts another run's.
+            let copies: Vec<u64> = recs.iter().filter(|r| r.0).map(|r| r.1).collect();
+            let descents = copies.windows(2).filter(|w| w[0] > w[1]).count();
             assert!(
-                ascending(recs.iter().filter(|r| r.0).map(|r| r.1)),
-                "copies in seqno order"
+                descents < while_writing + collected,
+                "copies in at most one ascending run per GC run: {descents} descents"
             );
             assert!(
                 ascending(recs.iter().filter(|r| !r.0).map(|r| r.1)),
                 "user writes in seqno order"
             );
+            assert_no_seqno_twice(&recs);
         }
         for k in 0..KEYS {
             assert_eq!(

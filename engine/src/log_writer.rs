@@ -31,6 +31,7 @@ use crate::segment::{
     DATA_START, SEG_VERSION,
 };
 use crate::segments::{Segment, SegmentCaches};
+use roaring::RoaringTreemap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -60,10 +61,11 @@ pub struct LogWriter {
     /// Where a paged block is laid out; trades places with `scratch`.
     paged_scratch: Vec<u8>,
     pub next_seqno: Seqno,
-    /// The GC run whose copies the tail segment holds (`Some(u64::MAX)`: unknown, after
-    /// recovery). A new GC run starts a fresh segment, so that no segment ever holds
-    /// two records with the same seqno (GC's dead sets are keyed by seqno).
-    tail_reloc_run: Option<u64>,
+    /// Seqnos of the GC copies in the tail segment (`None`: unknown, after recovery).
+    /// GC leaves out a copy whose seqno the tail already holds (an interrupted attempt's
+    /// copy of the same record), so that no segment ever holds a seqno twice (GC's dead
+    /// sets are keyed by seqno); while they are unknown, GC starts a fresh segment.
+    tail_copies: Option<RoaringTreemap>,
     pub next_seg_id: SegId,
     dir: PathBuf,
     mode: IoMode,
@@ -212,7 +214,8 @@ impl LogWriter {
             roll_before_write: false,
             paged_scratch: Vec::new(),
             next_seqno,
-            tail_reloc_run: Some(u64::MAX),
+            // An empty tail holds no copies; a recovered one may.
+            tail_copies: (end <= DATA_START).then(RoaringTreemap::new),
             next_seg_id,
             dir,
             mode,
@@ -240,20 +243,20 @@ impl LogWriter {
     }
 
     /// Makes sure the tail segment can take a batch of about `bytes`; rolls to a new
-    /// segment if needed, or if `gc_run` is a GC run other than the one whose copies the
-    /// tail already holds. Errors here (e.g. ENOSPC) leave the log unchanged.
-    pub fn prepare(&mut self, bytes: u64, gc_run: Option<u64>) -> Result<Option<Arc<Segment>>> {
+    /// segment if needed, or if the batch holds GC copies (`copies`) and the tail's
+    /// copies are unknown. Errors here (e.g. ENOSPC) leave the log unchanged.
+    pub fn prepare(&mut self, bytes: u64, copies: bool) -> Result<Option<Arc<Segment>>> {
         self.check_poisoned()?;
         let full = self.end() + self.open.raw_len() as u64 + bytes > self.segment_size
             && self.end() > DATA_START;
-        let other_run = gc_run.is_some()
-            && self.tail_reloc_run.is_some()
-            && gc_run != self.tail_reloc_run
-            && self.end() > DATA_START;
-        if !self.seg.sealed.load(Ordering::SeqCst) && !full && !other_run && !self.roll_before_write
+        let unknown_copies = copies && self.tail_copies.is_none() && self.end() > DATA_START;
+        if !self.seg.sealed.load(Ordering::SeqCst)
+            && !full
+            && !unknown_copies
+            && !self.roll_before_write
         {
-            if gc_run.is_some() {
-                self.tail_reloc_run = gc_run;
+            if self.tail_copies.is_none() && self.end() == DATA_START {
+                self.tail_copies = Some(RoaringTreemap::new());
             }
             return Ok(None);
         }
@@ -272,10 +275,28 @@ impl LogWriter {
         self.next_seg_id += 1;
         self.roll_before_write = false;
         self.seg = seg.clone();
-        self.tail_reloc_run = gc_run;
+        self.tail_copies = Some(RoaringTreemap::new());
         self.buf_start = DATA_START;
         self.buf_len = 0;
         Ok(Some(seg))
+    }
+
+    /// Whether the tail segment already holds a GC copy of `seqno`.
+    pub fn tail_holds_copy(&self, seqno: Seqno) -> bool {
+        self.tail_copies.as_ref().is_some_and(|c| c.contains(seqno))
+    }
+
+    /// Records the seqnos of the GC copies a committed batch put in the tail.
+    pub fn note_copies(&mut self, seqnos: impl IntoIterator<Item = Seqno>) {
+        if let Some(c) = &mut self.tail_copies {
+            c.extend(seqnos);
+        }
+    }
+
+    /// A batch of copies failed part way: which copies the tail holds is unknown, so
+    /// the next GC commit starts a fresh segment.
+    pub fn forget_copies(&mut self) {
+        self.tail_copies = None;
     }
 
     /// Makes the tail segment, written by an older format version, take no blocks of

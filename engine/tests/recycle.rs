@@ -135,9 +135,9 @@ fn retired_segments_are_reused_across_reopens_and_check_passes() {
         s.free_segment_files,
         "stats count the free files"
     );
-    // Writes after the GC runs go to reused files. GC seals the tail early (each run
-    // starts a fresh segment), but a reused file never gets shorter: its written
-    // length is what makes the next reuse an overwrite.
+    // Writes after the GC runs go to reused files. A reused file never gets shorter
+    // (a tail sealed early keeps its length): its written length is what makes the
+    // next reuse an overwrite.
     let mut free_seen = BTreeMap::new();
     overwrite_and_collect_noting(&db, &mut model, KEYS, 2, &mut free_seen);
     let reused = reused_lengths(dir.path(), &free_seen);
@@ -336,29 +336,34 @@ fn a_crash_right_after_reusing_a_file_leaves_an_empty_tail() {
     );
 }
 
-/// GC starts each run's copies in a fresh segment, so the segment holding the
-/// previous run's copies is sealed early. When that segment is a reused file, the
-/// file keeps its whole (written) length, the footer's end marker moving to its last
-/// page: the next reuse then overwrites written blocks all the way.
+/// After an open, which copies the tail holds is unknown, so GC starts its copies in
+/// a fresh segment and the recovered tail is sealed early. When that tail is a
+/// reused file, the file keeps its whole (written) length, the footer's end marker
+/// moving to its last page: the next reuse then overwrites written blocks all the way.
 #[test]
 fn a_reused_file_sealed_early_keeps_its_length() {
     let dir = tempfile::tempdir().unwrap();
     let mut model = BTreeMap::new();
-    let db = Db::open(dir.path(), opts(2)).unwrap();
+    let mut db = Db::open(dir.path(), opts(2)).unwrap();
     overwrite_and_collect(&db, &mut model, KEYS, 0);
     overwrite_and_collect(&db, &mut model, KEYS, 1);
-    let c = db.collection("docs").unwrap();
-    for k in (0..KEYS).step_by(2) {
-        let key = format!("key{k:05}").into_bytes();
-        c.put(&key, &value(k, 2)).unwrap();
-        model.insert(key, value(k, 2));
-    }
-    drop(c);
-    db.flush().unwrap();
     let mut free_seen = BTreeMap::new();
-    for _ in 0..6 {
+    for round in 2..8 {
+        // A few writes into the tail, then an open and a GC run, which seals it.
+        let c = db.collection("docs").unwrap();
+        for k in (round..KEYS).step_by(8) {
+            let key = format!("key{k:05}").into_bytes();
+            c.put(&key, &value(k, round)).unwrap();
+            model.insert(key, value(k, round));
+        }
+        drop(c);
+        db.flush().unwrap();
+        free_seen.extend(free_lengths(dir.path()));
+        db.close().unwrap();
+        db = Db::open(dir.path(), opts(2)).unwrap();
         free_seen.extend(free_lengths(dir.path()));
         db.gc_force_one().unwrap();
+        free_seen.extend(free_lengths(dir.path()));
     }
     let stats = db.stats();
     let mut kept = 0;

@@ -68,7 +68,7 @@ pub use io::IoMode;
 pub use options::{Compression, Durability, IoBackend, Options, DEFAULT_READ_POLL_MICROS};
 pub use partial_read::RangeRequest;
 pub use record::{CollId, Seqno};
-pub use snapshot::{Direction, KeyIter, ScanIter, Snapshot};
+pub use snapshot::{Direction, KeyIter, KeyLenIter, ScanIter, Snapshot};
 pub use stats::{SegmentStats, Stats};
 pub use uring::poll_reads_on_this_thread;
 

@@ -455,36 +455,74 @@ impl ScanIter {
 /// (see [`ScanIter::keys`]).
 pub struct KeyIter(ScanIter);
 
+/// The keys of a scan with their values' lengths: only the index is read, never the
+/// log (see [`ScanIter::keys_with_lens`]).
+pub struct KeyLenIter(ScanIter);
+
 impl ScanIter {
     /// The scan's keys alone, in the same order. No value is read, so listing or
     /// deleting a range costs index reads only.
     pub fn keys(self) -> KeyIter {
         KeyIter(self)
     }
+
+    /// The scan's keys with the length of each value, in the same order. No value is
+    /// read (the index keeps each record's size), so sizing every document of a
+    /// collection costs index reads only.
+    pub fn keys_with_lens(self) -> KeyLenIter {
+        KeyLenIter(self)
+    }
+
+    /// The next key and its winning index entry, without reading the value.
+    fn next_key_entry(&mut self) -> Result<Option<(Vec<u8>, IndexEntry)>> {
+        if self.failed {
+            return Ok(None);
+        }
+        let step = |s: &mut ScanIter| {
+            if !s.started {
+                s.started = true;
+                s.start()?;
+            }
+            if let Some((k, e, _)) = s.ready.pop_front() {
+                return Ok(Some((k, e)));
+            }
+            s.next_winner()
+        };
+        let r = step(self);
+        self.failed = r.is_err();
+        r
+    }
 }
 
 impl Iterator for KeyIter {
     type Item = Result<Vec<u8>>;
     fn next(&mut self) -> Option<Self::Item> {
+        self.0
+            .next_key_entry()
+            .map(|o| o.map(|(k, _)| k))
+            .transpose()
+    }
+}
+
+impl Iterator for KeyLenIter {
+    type Item = Result<(Vec<u8>, u64)>;
+    fn next(&mut self) -> Option<Self::Item> {
         let s = &mut self.0;
-        if s.failed {
-            return None;
-        }
-        let step = |s: &mut ScanIter| -> Result<Option<Vec<u8>>> {
-            if !s.started {
-                s.started = true;
-                s.start()?;
-            }
-            if let Some((k, _, _)) = s.ready.pop_front() {
-                return Ok(Some(k));
-            }
-            Ok(s.next_winner()?.map(|(k, _)| k))
+        let (key, e) = match s.next_key_entry() {
+            Ok(Some(ke)) => ke,
+            Ok(None) => return None,
+            Err(e) => return Some(Err(e)),
         };
-        match step(s) {
-            Ok(k) => k.map(Ok),
-            Err(e) => {
+        match crate::record::value_len(s.coll, e.seqno, key.len(), e.rec_size as usize) {
+            Some(len) => Some(Ok((key, len as u64))),
+            None => {
                 s.failed = true;
-                Some(Err(e))
+                let path = crate::segment::segment_path(&s.snap.inner.dir, e.loc.seg);
+                Some(Err(Error::corruption(
+                    path,
+                    e.loc.off,
+                    format!("index entry's record size {} fits no value", e.rec_size),
+                )))
             }
         }
     }

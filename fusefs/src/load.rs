@@ -16,6 +16,9 @@ use basalt_engine::Direction;
 use crate::layout::{self, InodeRecord, Kind, Manifest, Storage};
 use crate::state::{Batch, Coll, Node, State};
 
+/// Documents read together when telling manifests from small files at mount.
+const MANIFEST_READ_BATCH: usize = 256;
+
 /// Loads collection `name` into the state; returns its root directory inode.
 pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine::Error> {
     let c = st.db.collection(name)?;
@@ -45,15 +48,32 @@ pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine:
             );
         }
     }
-    // Documents: length, and the manifest when the document is one.
+    // Documents: length, and the manifest when the document is one. Lengths come from
+    // the index, so mounting reads no file's data; only documents of a manifest's
+    // length are read, to tell manifests from small files.
     let mut docs: BTreeMap<Vec<u8>, (u64, Option<Manifest>)> = BTreeMap::new();
-    for item in c.scan(
-        std::ops::Bound::Included(&[1u8][..]),
-        std::ops::Bound::Unbounded,
-        Direction::Forward,
-    )? {
-        let (k, v) = item?;
-        docs.insert(k, (v.len() as u64, Manifest::decode(&v)));
+    let mut maybe_manifests = Vec::new();
+    for item in c
+        .scan(
+            std::ops::Bound::Included(&[1u8][..]),
+            std::ops::Bound::Unbounded,
+            Direction::Forward,
+        )?
+        .keys_with_lens()
+    {
+        let (k, len) = item?;
+        if len == layout::MANIFEST_LEN as u64 {
+            maybe_manifests.push(k.clone());
+        }
+        docs.insert(k, (len, None));
+    }
+    for keys in maybe_manifests.chunks(MANIFEST_READ_BATCH) {
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        for (k, v) in keys.iter().zip(c.multi_get(&refs)?) {
+            if let (Some(doc), Some(v)) = (docs.get_mut(k), v) {
+                doc.1 = Manifest::decode(&v);
+            }
+        }
     }
 
     let coll_id = st.next_coll;

@@ -463,6 +463,8 @@ pub fn force_unmount(mountpoint: &Path) -> Result<(), FsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::Storage;
+    use std::ffi::OsStr;
 
     fn parse(opts: &str) -> Result<FsOptions, FsError> {
         let cfg = MountConfig {
@@ -493,6 +495,74 @@ mod tests {
         assert_eq!(parse("readahead_kb=0").unwrap().readahead_kb, 0);
         assert!(!o.writeback_cache);
         assert_eq!(o.attr_ttl, Duration::from_millis(2500));
+    }
+
+    /// Incompressible bytes (a xorshift stream).
+    fn noise(seed: u64, len: usize) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    /// Mounting sizes every document from the engine's index: it reads no file's data,
+    /// only the documents of a manifest's length (to tell manifests from small files).
+    #[test]
+    fn building_the_tree_reads_no_file_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = basalt_engine::Options {
+            durability: basalt_engine::Durability::NoSync,
+            compression: basalt_engine::Compression::None,
+            memory_budget: 64 << 20,
+            ..Default::default()
+        };
+        let small = 400u64;
+        let small_len = 16 << 10;
+        let large_len = 300 << 10;
+        {
+            let db = Db::open(dir.path(), opts.clone()).unwrap();
+            let c = db.create_collection("c").unwrap();
+            for i in 0..small {
+                c.put(format!("small/f{i}").as_bytes(), &noise(i, small_len))
+                    .unwrap();
+            }
+            // As long as a manifest, but not one.
+            c.put(b"odd", &noise(7, crate::layout::MANIFEST_LEN))
+                .unwrap();
+            for i in 0..3u64 {
+                let data = noise(100 + i, large_len);
+                crate::write_document(&db, "c", &format!("large/f{i}"), &mut &data[..]).unwrap();
+            }
+            db.close().unwrap();
+        }
+        let db = Db::open(dir.path(), opts).unwrap();
+        let before = db.stats().device_bytes_read;
+        let st = build_state(db, crate::DEFAULT_CHUNK_SIZE as u64).unwrap();
+        let read = st.db.stats().device_bytes_read - before;
+        let data = small * small_len as u64 + 3 * large_len as u64;
+        println!("building the tree read {read} bytes of {data} bytes of file data");
+        assert!(read < data / 20, "read {read} bytes for {data} of data");
+        let child = |ino: u64, name: &str| st.nodes[&ino].children[OsStr::new(name)];
+        let root = st.colls[&st.coll_by_name["c"]].root;
+        let (smalls, larges) = (child(root, "small"), child(root, "large"));
+        for i in 0..small {
+            let n = &st.nodes[&child(smalls, &format!("f{i}"))];
+            assert_eq!((n.size, n.storage), (small_len as u64, Storage::Inline));
+        }
+        for i in 0..3 {
+            let n = &st.nodes[&child(larges, &format!("f{i}"))];
+            assert_eq!((n.size, n.storage), (large_len as u64, Storage::Chunked));
+        }
+        let odd = &st.nodes[&child(root, "odd")];
+        assert_eq!(
+            (odd.size, odd.storage),
+            (crate::layout::MANIFEST_LEN as u64, Storage::Inline)
+        );
     }
 
     #[test]

@@ -103,41 +103,84 @@ impl Read for DocumentReader {
     }
 }
 
+/// Chunks a [`DocumentReader`] reads at once: one engine `multi_get` (their device
+/// reads in flight together) and one scan for their patches.
+const READ_AHEAD_CHUNKS: u64 = 16;
+
+fn io_err(e: basalt_engine::Error) -> io::Error {
+    io::Error::from_raw_os_error(e.errno())
+}
+
 impl ChunkStream {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         if self.pos >= self.size || out.is_empty() {
             return Ok(0);
         }
-        let idx = self.pos / self.chunk_size;
-        let start = idx * self.chunk_size;
-        if self.buf_start != start || self.buf.is_empty() {
-            let want = (self.size - start).min(self.chunk_size) as usize;
-            let mut data = self
-                .coll
-                .get(&layout::chunk_key(self.fid, idx))
-                .map_err(|e| io::Error::from_raw_os_error(e.errno()))?
-                .unwrap_or_default();
-            // Holes and short chunks read as zeros up to the file size.
-            data.resize(want, 0);
-            // Newer copies of some of its pages (small writes committed alone).
-            let prefix = layout::patch_chunk_prefix(self.fid, idx);
-            let patches = self.coll.scan_prefix(&prefix, Direction::Forward);
-            for item in patches.map_err(|e| io::Error::from_raw_os_error(e.errno()))? {
-                let (k, v) = item.map_err(|e| io::Error::from_raw_os_error(e.errno()))?;
-                if let Some((_, _, p)) = layout::patch_location(&k) {
-                    let a = (p as u64 * layout::PATCH_PAGE).min(want as u64) as usize;
-                    let z = (a + v.len()).min(want);
-                    data[a..z].copy_from_slice(&v[..z - a]);
-                }
-            }
-            self.buf = data;
-            self.buf_start = start;
+        let buffered = self.buf_start..self.buf_start + self.buf.len() as u64;
+        if !buffered.contains(&self.pos) {
+            self.fill()?;
         }
-        let off = (self.pos - start) as usize;
+        let off = (self.pos - self.buf_start) as usize;
         let n = out.len().min(self.buf.len() - off);
         out[..n].copy_from_slice(&self.buf[off..off + n]);
         self.pos += n as u64;
         Ok(n)
+    }
+
+    /// Reads the chunks from the one holding `pos` on, up to [`READ_AHEAD_CHUNKS`],
+    /// with their patches laid over them.
+    fn fill(&mut self) -> io::Result<()> {
+        let cs = self.chunk_size;
+        let first = self.pos / cs;
+        let start = first * cs;
+        let count = (self.size - start).div_ceil(cs).min(READ_AHEAD_CHUNKS);
+        let end = (start + count * cs).min(self.size);
+        let keys: Vec<Vec<u8>> = (first..first + count)
+            .map(|i| layout::chunk_key(self.fid, i))
+            .collect();
+        // Each chunk goes straight into its place in the buffer (kept from the last
+        // fill: every byte is written below, so it is not zeroed first).
+        let mut data = std::mem::take(&mut self.buf);
+        data.resize((end - start) as usize, 0);
+        let mut parts: Vec<&mut [u8]> = data.chunks_mut(cs as usize).collect();
+        let reqs: Vec<basalt_engine::RangeRequest<'_>> = keys
+            .iter()
+            .zip(&parts)
+            .map(|(k, part)| (k.as_slice(), 0..part.len()))
+            .collect();
+        let lens = self
+            .coll
+            .db()
+            .multi_get_ranges_into(self.coll.name(), &reqs, &mut parts)
+            .map_err(io_err)?;
+        // Holes and short chunks read as zeros up to the file size.
+        for (part, len) in parts.iter_mut().zip(lens) {
+            part[len.unwrap_or(0)..].fill(0);
+        }
+        // Newer copies of some of their pages (small writes committed alone).
+        let lo = layout::patch_key(self.fid, first, 0);
+        let hi = layout::patch_key(self.fid, first + count, 0);
+        let patches = self
+            .coll
+            .scan(
+                Bound::Included(&lo[..]),
+                Bound::Excluded(&hi[..]),
+                Direction::Forward,
+            )
+            .map_err(io_err)?;
+        for item in patches {
+            let (k, v) = item.map_err(io_err)?;
+            if let Some((_, idx, p)) = layout::patch_location(&k) {
+                let chunk_start = (idx - first) * cs;
+                let chunk_end = (chunk_start + cs).min(data.len() as u64);
+                let a = (chunk_start + p as u64 * layout::PATCH_PAGE).min(chunk_end) as usize;
+                let z = (a + v.len()).min(chunk_end as usize);
+                data[a..z].copy_from_slice(&v[..z - a]);
+            }
+        }
+        self.buf = data;
+        self.buf_start = start;
+        Ok(())
     }
 }
 

@@ -352,6 +352,48 @@ fn patch_records(db: &basalt_engine::Db, coll: &str) -> usize {
     keys.keys().count()
 }
 
+/// The engine-API reader reads a file 16 chunks at a time: patches, holes and a
+/// short last chunk read the same in every window, at and across its edges.
+#[test]
+fn the_engine_view_reads_patches_and_holes_in_every_read_ahead_window() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
+    std::fs::create_dir_all(&mp).unwrap();
+    let chunk = basalt_fusefs::DEFAULT_CHUNK_SIZE;
+    let h = mount(open_db(&data), cfg(&mp)).unwrap();
+    std::fs::create_dir(mp.join("db")).unwrap();
+    let file = mp.join("db/windows.bin");
+    let f = std::fs::File::create(&file).unwrap();
+    let mut model = Vec::new();
+    // Chunks 0-14 and 18-33 written, 15-17 a hole, the last chunk short.
+    model_write(&f, &mut model, 0, pattern(1, 15 * chunk));
+    model_write(&f, &mut model, 18 * chunk, pattern(2, 16 * chunk - 700));
+    f.sync_all().unwrap();
+    // Patches in the first window, on both sides of its edge and in the last chunk.
+    for (i, at) in [
+        3 * chunk + 4096,
+        15 * chunk - 4096,
+        16 * chunk + 8192,
+        18 * chunk,
+        31 * chunk + 2 * 4096,
+        33 * chunk + 4096,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        synced_write(&f, &mut model, at, pattern(50 + i as u64, 4096));
+    }
+    drop(f);
+    h.unmount().unwrap();
+    let db = open_db(&data);
+    assert!(
+        patch_records(&db, "db") > 0,
+        "writes were committed as patches"
+    );
+    assert_bytes(&doc(&db, "db", "windows.bin"), &model, "engine view");
+}
+
 /// Small writes each followed by `fdatasync` (a database's page writes) commit the
 /// pages they change as patch records instead of their whole 64 KiB chunks; the file
 /// reads the same through the mount, after a remount and through the engine API,

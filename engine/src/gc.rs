@@ -5,10 +5,10 @@
 //! last checkpoint. GC runs while the live fraction of the log is below the target
 //! fill (`target_fill_pct`, Magma's PctUsed). Live records — those not in the delete
 //! list and not of a dropped collection — are copied to the log tail in runs of
-//! ascending seqnos as *relocated* records (same seqno, flag set), which the index treats as winning ties
-//! but never shadowing a newer seqno. Once the copies are durable, a checkpoint
-//! without the victim is written and the file is deleted when no reader, iterator or
-//! snapshot holds it any more.
+//! ascending seqnos as *relocated* records (same seqno, flag set), which the index
+//! treats as winning ties but never shadowing a newer seqno. Once the copies are
+//! durable, a checkpoint without the victim is written and the file is kept for reuse
+//! or deleted when no reader, iterator or snapshot holds it any more.
 
 use crate::aligned::{AlignedBuf, PAGE};
 use crate::codec::{align_down, align_up};

@@ -214,11 +214,13 @@ pub(crate) fn data_keys(
     Ok(out)
 }
 
-/// Highest inode id (fid) stored in a collection, 0 when none.
+/// Highest inode id (fid) stored in a collection, 0 when none (from the index alone).
 pub(crate) fn max_fid(coll: &basalt_engine::Collection) -> Result<u64, basalt_engine::Error> {
-    let mut it = coll.scan_prefix(layout::INODE_PREFIX, Direction::Backward)?;
+    let mut it = coll
+        .scan_prefix(layout::INODE_PREFIX, Direction::Backward)?
+        .keys();
     match it.next() {
-        Some(Ok((k, _))) => Ok(layout::inode_key_fid(&k).unwrap_or(0)),
+        Some(Ok(k)) => Ok(layout::inode_key_fid(&k).unwrap_or(0)),
         Some(Err(e)) => Err(e),
         None => Ok(0),
     }

@@ -163,6 +163,16 @@ impl Default for EngineSection {
     }
 }
 
+/// Engine options of the service commands (`up`, `mount`, `serve`): the config file's
+/// `[engine]` section, or that section's defaults (periodic sync) when there is no file;
+/// never the engine library's defaults, which sync every write.
+pub fn service_engine_options(cfg: Option<&Config>) -> basalt_engine::Options {
+    cfg.map_or_else(
+        || EngineSection::default().options(),
+        |c| c.engine.options(),
+    )
+}
+
 impl EngineSection {
     /// Engine options for these settings (always creating a missing directory).
     pub fn options(&self) -> basalt_engine::Options {
@@ -397,6 +407,24 @@ mod tests {
             .engine
             .options();
         assert_eq!(o.durability, basalt_engine::Durability::NoSync);
+    }
+
+    #[test]
+    fn service_commands_without_a_config_file_sync_every_100_ms_not_every_write() {
+        assert_eq!(
+            service_engine_options(None).durability,
+            basalt_engine::Durability::SyncEveryMs(100)
+        );
+        assert_eq!(
+            basalt_engine::Options::default().durability,
+            basalt_engine::Durability::SyncEveryWrite,
+            "the engine library's own default differs: the service must not use it"
+        );
+        let c = parse("[engine]\ndurability = \"every-write\"\n").unwrap();
+        assert_eq!(
+            service_engine_options(Some(&c)).durability,
+            basalt_engine::Durability::SyncEveryWrite
+        );
     }
 
     #[test]

@@ -151,6 +151,31 @@ fn pattern(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 7 % 251) as u8).collect()
 }
 
+/// Creates 300 small files in `dir` on a mount and checks, from the mount's
+/// `/.basalt/stats.json`, that the engine synced periodically (at most once per 100 ms
+/// of the run, plus slack) and not once per commit, as the engine library's default
+/// `every-write` would: the service commands' durability without a config file.
+fn assert_engine_syncs_periodically(mnt: &Path, dir: &str) {
+    let syncs = || {
+        let s = std::fs::read_to_string(mnt.join(".basalt/stats.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+        v["engine"]["syncs"].as_u64().unwrap()
+    };
+    let files = 300u64;
+    std::fs::create_dir_all(mnt.join(dir)).unwrap();
+    let before = syncs();
+    let t = Instant::now();
+    for i in 0..files {
+        std::fs::write(mnt.join(format!("{dir}/f{i}")), pattern(4096)).unwrap();
+    }
+    let (synced, ms) = (syncs() - before, t.elapsed().as_millis() as u64);
+    eprintln!("{files} files created in {ms} ms with {synced} engine syncs");
+    assert!(
+        synced <= ms / 100 + 5 && synced < files,
+        "{synced} engine syncs for {files} files in {ms} ms: every commit was synced"
+    );
+}
+
 fn up_args<'a>(data: &'a str, mnt: &'a str, addr: &'a str) -> Vec<&'a str> {
     vec!["up", "--data", data, "--mountpoint", mnt, "--listen", addr]
 }
@@ -185,6 +210,7 @@ fn up_serves_files_and_http_stops_cleanly_and_keeps_the_data() {
         b"{\"hello\":\"world\"}"
     );
     assert_eq!(std::fs::read(mnt.join("docs/big.bin")).unwrap(), big);
+    assert_engine_syncs_periodically(&mnt, "docs/many");
 
     // HTTP: dashboard, metrics, engine stats.
     let (code, body) = get(&addr, "/", None);
@@ -343,6 +369,7 @@ fn mount_in_background_and_umount_sync_and_refuse_bad_input() {
     assert!(mounted(&mnt));
     std::fs::create_dir(mnt.join("c")).unwrap();
     std::fs::write(mnt.join("c/k"), b"v").unwrap();
+    assert_engine_syncs_periodically(&mnt, "c/many");
     let o = basalt(&["umount", &ms]);
     expect_code(&o, 0);
     assert!(stdout(&o).contains("synced"), "{}", stdout(&o));

@@ -2,7 +2,7 @@
 //! `basalt umount` (asks the serving process to unmount and sync, then waits for it).
 
 use crate::cli::{MountArgs, UmountArgs};
-use crate::config::Config;
+use crate::config::{self, Config};
 use crate::logging::LogHandle;
 use crate::service::{self, Mode, MountPlan, Plan};
 use crate::{mountfs, mounts, store};
@@ -79,10 +79,8 @@ pub fn run_mount(
 }
 
 fn foreground(args: &MountArgs, log: LogHandle, out: &mut dyn Write) -> Result<i32> {
-    let engine = match &args.config {
-        Some(p) => Config::load(p)?.engine.options(),
-        None => basalt_engine::Options::default(),
-    };
+    let cfg = args.config.as_deref().map(Config::load).transpose()?;
+    let engine = config::service_engine_options(cfg.as_ref());
     let allow_other = args.options.iter().any(|o| o == "allow_other");
     let plan = Plan {
         mode: Mode::Mount,

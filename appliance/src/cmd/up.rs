@@ -2,7 +2,7 @@
 //! config file (serve).
 
 use crate::cli::{ServeArgs, UpArgs, DEFAULT_LISTEN};
-use crate::config::{Config, HealthSection, MountSection};
+use crate::config::{self, Config, HealthSection, MountSection};
 use crate::logging::LogHandle;
 use crate::service::{self, Mode, MountPlan, Plan};
 use anyhow::Result;
@@ -45,7 +45,7 @@ pub fn run_up(args: &UpArgs, log: LogHandle, out: &mut dyn Write) -> Result<i32>
         Some(c) => c.http.resolve_token()?,
         None => None,
     };
-    let engine = cfg.as_ref().map(|c| c.engine.options()).unwrap_or_default();
+    let engine = config::service_engine_options(cfg.as_ref());
     let health = cfg
         .as_ref()
         .map(|c| c.health.clone())

@@ -46,8 +46,9 @@ const EXPECTED: &[Expect] = &[
     Expect { file: "smartctl_exporter__micron_mtfdhax1t6mce_pct_used_69.json", device: "/dev/nvme0", protocol: Nvme, model: "MTFDHAX1T6MCE-1AN1ZABYY", temperature_c: Some(32), percentage_used: Some(69), host_bytes_written: Some(1_118_286_054_400_000), power_on_hours: Some(29891), status: Ok, reasons: &[] },
     Expect { file: "telegraf__sabrent_rocket_4.0_1tb_smartctl74.json", device: "/dev/nvme0", protocol: Nvme, model: "Sabrent Rocket 4.0 1TB", temperature_c: Some(48), percentage_used: Some(4), host_bytes_written: Some(39_153_603_584_000), power_on_hours: Some(8733), status: Ok, reasons: &[] },
     // SATA: % used from Device Statistics page 7 when present, else the vendor attribute.
-    // Crucial m4: devstat p7 = 3 (attr 202 raw says 2); no attr 246, so devstat p1 13843916035 sectors × 512. Its sensor reads 0 °C.
-    Expect { file: "scrutiny-starosdev__crucial_m4_mtfddak128mam_attr202.json", device: "/dev/sdd", protocol: Ata, model: "MTFDDAK128MAM-1J1", temperature_c: Some(0), percentage_used: Some(3), host_bytes_written: Some(7_088_085_009_920), power_on_hours: Some(4179), status: Ok, reasons: &[] },
+    // Crucial m4: devstat p7 = 3 (attr 202 raw says 2); no attr 246, so devstat p1 13843916035 sectors × 512. Its sensor reads 0 °C and
+    // never read more (every maximum 0): no temperature, not 0 °C.
+    Expect { file: "scrutiny-starosdev__crucial_m4_mtfddak128mam_attr202.json", device: "/dev/sdd", protocol: Ata, model: "MTFDDAK128MAM-1J1", temperature_c: None, percentage_used: Some(3), host_bytes_written: Some(7_088_085_009_920), power_on_hours: Some(4179), status: Ok, reasons: &[] },
     // Samsung: 100 − normalised 177; 241 raw LBAs × 512.
     Expect { file: "scrutiny__samsung_840_series_failed.json", device: "/dev/sda", protocol: Ata, model: "Samsung SSD 840 Series", temperature_c: Some(33), percentage_used: Some(2), host_bytes_written: Some(5_599_141_122_560), power_on_hours: Some(19497), status: Ok, reasons: &[] },
     Expect { file: "scrutiny__samsung_850_pro_128gb_anonymized.json", device: "/dev/sda", protocol: Ata, model: "X SSD 850 PRO 128GB", temperature_c: Some(32), percentage_used: Some(1), host_bytes_written: Some(536_153_557_504), power_on_hours: Some(846), status: Ok, reasons: &[] },
@@ -151,4 +152,21 @@ fn ata_fixture_reports_sct_temperature_limits_and_error_log() {
     assert_eq!(r.unsafe_shutdowns, Some(1)); // attr 174 Unexpect_Power_Loss_Ct
     assert_eq!(r.capacity_bytes, Some(128_035_676_160));
     assert_eq!(r.critical_warning, None);
+}
+
+#[test]
+fn a_sensor_that_reads_zero_is_unreported_unless_it_once_read_more() {
+    let text = std::fs::read_to_string(
+        fixtures_dir().join("scrutiny-starosdev__crucial_m4_mtfddak128mam_attr202.json"),
+    )
+    .unwrap();
+    assert_eq!(parse_smartctl(&text, "x").unwrap().temperature_c, None);
+    let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    doc["temperature"]["lifetime_max"] = 41.into();
+    let r = parse_smartctl(&doc.to_string(), "x").unwrap();
+    assert_eq!(
+        r.temperature_c,
+        Some(0),
+        "a drive that read 41 °C before reads 0 °C now"
+    );
 }

@@ -141,7 +141,21 @@ pub fn parse_smartctl(text: &str, source: &str) -> Result<HealthRecord, Monitori
         Some(Protocol::Ata) => fill_ata(&doc, &mut r),
         None => {}
     }
+    if r.temperature_c == Some(0) && !warmed_up(&doc) {
+        r.temperature_c = None;
+    }
     Ok(r)
+}
+
+/// Whether the drive ever recorded a temperature above 0 °C (`power_cycle_max`,
+/// `lifetime_max`). A sensor that reads 0 now and never read more is not reporting (the
+/// Crucial m4 fixture: current, attribute 194 and every maximum 0), not a drive at 0 °C.
+fn warmed_up(doc: &Value) -> bool {
+    doc.get("temperature").is_some_and(|t| {
+        ["power_cycle_max", "lifetime_max"]
+            .iter()
+            .any(|k| field_i64(t, k).is_some_and(|v| v > 0))
+    })
 }
 
 fn fill_nvme(doc: &Value, r: &mut HealthRecord) {

@@ -282,6 +282,21 @@ impl CompareArgs {
     }
 }
 
+/// Flags only RocksDB's side gets: bloom filters (Basalt's index has its own) and index and
+/// filter blocks inside the block cache, so that `--cache_size` bounds the index memory of
+/// both engines (Basalt's budget includes its index), partitioned into 4 KiB blocks behind
+/// a pinned top level with a high-priority pool: the layout RocksDB recommends for cached
+/// index/filter blocks. Whole per-file index blocks thrash a small sharded cache (readrandom
+/// 3x slower at a 60 MiB cache, `engine/scripts/bench-read-path.sh`).
+pub const ROCKSDB_ONLY_FLAGS: &[&str] = &[
+    "--bloom_bits=10",
+    "--cache_index_and_filter_blocks=1",
+    "--partition_index_and_filters=1",
+    "--metadata_block_size=4096",
+    "--pin_top_level_index_and_filter=1",
+    "--cache_high_pri_pool_ratio=0.5",
+];
+
 fn common_flags(
     spec: &SuiteSpec,
     db: &Path,
@@ -386,6 +401,9 @@ fn run_engine(
         let mut argv = base_cmd.to_vec();
         argv.extend(common_flags(spec, db, &report_file, bench, i == 0));
         argv.extend(st.flags.iter().cloned());
+        if is_rocksdb {
+            argv.extend(ROCKSDB_ONLY_FLAGS.iter().map(|f| f.to_string()));
+        }
         let stdout = raw.join(format!("{}.stdout", st.name));
         let stderr = raw.join(format!("{}.stderr", st.name));
         let before = device.and_then(read_diskstats);

@@ -2,7 +2,7 @@
 //! such), RocksDB db_bench and fio, each measured as its own process; the report has a row
 //! for every engine and step. Skips (with the reason) when db_bench or fio is not installed.
 
-use basalt_bench::compare::{suite_steps, CompareArgs, Suite};
+use basalt_bench::compare::{suite_steps, CompareArgs, Suite, ROCKSDB_ONLY_FLAGS};
 use basalt_bench::fio::baseline_jobs;
 use basalt_bench::report::TSV_COLUMNS;
 use std::process::Command;
@@ -69,6 +69,22 @@ fn quick_suite_runs_end_to_end_and_reports_every_engine_and_step() {
         .unwrap();
     let (found, of) = rr.found.unwrap();
     assert_eq!(found, of, "db_bench finds every key after fillseq");
+    // RocksDB alone gets bloom filters and a partitioned index in its block cache (the
+    // in-memory engine, like `basalt bench`, would refuse the flags), and db_bench ran with them.
+    for (run, rocks) in [(&report.engines[0], false), (&report.engines[1], true)] {
+        assert_eq!(
+            run.commands.len(),
+            suite_steps(&spec).len(),
+            "{}",
+            run.label
+        );
+        for c in &run.commands {
+            for f in ROCKSDB_ONLY_FLAGS {
+                let has = c.split(' ').any(|a| a == *f);
+                assert_eq!(has, rocks, "{} {f} in {c}", run.label);
+            }
+        }
+    }
     let fio_qd32 = report.engines[2]
         .rows
         .iter()

@@ -119,13 +119,7 @@ pub fn suite_steps(spec: &SuiteSpec) -> Vec<SuiteStep> {
         writes_user_data: w,
     };
     vec![
-        step(
-            "fillseq",
-            "fillseq",
-            "fillseq",
-            vec!["--use_existing_db=0".into()],
-            true,
-        ),
+        step("fillseq", "fillseq", "fillseq", vec![], true),
         step(
             "readrandom",
             "readrandom",

@@ -79,6 +79,9 @@ fn quick_suite_runs_end_to_end_and_reports_every_engine_and_step() {
             run.label
         );
         for c in &run.commands {
+            let names: Vec<&str> = c.split(' ').filter_map(|a| a.split('=').next()).collect();
+            let unique: std::collections::HashSet<&str> = names.iter().copied().collect();
+            assert_eq!(unique.len(), names.len(), "a flag given twice: {c}");
             for f in ROCKSDB_ONLY_FLAGS {
                 let has = c.split(' ').any(|a| a == *f);
                 assert_eq!(has, rocks, "{} {f} in {c}", run.label);

@@ -11,7 +11,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::time::SystemTime;
 
-use basalt_engine::Direction;
+use basalt_engine::{Collection, Direction};
 
 use crate::layout::{self, InodeRecord, Kind, Manifest, Storage};
 use crate::state::{Batch, Coll, Node, State};
@@ -19,11 +19,48 @@ use crate::state::{Batch, Coll, Node, State};
 /// Documents read together when telling manifests from small files at mount.
 const MANIFEST_READ_BATCH: usize = 256;
 
-/// Loads collection `name` into the state; returns its root directory inode.
-pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine::Error> {
-    let c = st.db.collection(name)?;
-    let now = SystemTime::now();
-    let mut recs: HashMap<u64, InodeRecord> = HashMap::new();
+/// Records of one collection read at mount: inode records by fid with the largest fid,
+/// name records by path, and documents with their length and manifest.
+struct Records {
+    recs: HashMap<u64, InodeRecord>,
+    max_fid: u64,
+    names: BTreeMap<Vec<u8>, u64>,
+    docs: Docs,
+}
+
+/// Documents by key: length, and the manifest when the document is one.
+type Docs = BTreeMap<Vec<u8>, (u64, Option<Manifest>)>;
+
+/// Reads the three kinds of records of collection `c`, each by its own thread: inode and
+/// name records lie scattered in the log, so each scan waits on device reads that the
+/// others can overlap.
+fn read_records(c: &Collection, name: &str) -> Result<Records, basalt_engine::Error> {
+    std::thread::scope(|s| {
+        let inodes = s.spawn(|| read_inodes(c, name));
+        let names = s.spawn(|| read_names(c));
+        let docs = read_docs(c);
+        let (recs, max_fid) = joined(inodes)?;
+        Ok(Records {
+            recs,
+            max_fid,
+            names: joined(names)?,
+            docs: docs?,
+        })
+    })
+}
+
+/// A scoped thread's result; its panic goes on in the caller.
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    h.join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// Inode records by fid, and the largest fid seen (malformed records included).
+fn read_inodes(
+    c: &Collection,
+    name: &str,
+) -> Result<(HashMap<u64, InodeRecord>, u64), basalt_engine::Error> {
+    let mut recs = HashMap::new();
     let mut max_fid = 0u64;
     for item in c.scan_prefix(layout::INODE_PREFIX, Direction::Forward)? {
         let (k, v) = item?;
@@ -38,7 +75,12 @@ pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine:
             None => eprintln!("basalt-fusefs: {name}: ignoring malformed inode record {fid}"),
         }
     }
-    let mut names: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+    Ok((recs, max_fid))
+}
+
+/// Name records: path -> fid.
+fn read_names(c: &Collection) -> Result<BTreeMap<Vec<u8>, u64>, basalt_engine::Error> {
+    let mut names = BTreeMap::new();
     for item in c.scan_prefix(layout::NAME_PREFIX, Direction::Forward)? {
         let (k, v) = item?;
         if let Ok(b) = <[u8; 8]>::try_from(v.as_slice()) {
@@ -48,10 +90,14 @@ pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine:
             );
         }
     }
-    // Documents: length, and the manifest when the document is one. Lengths come from
-    // the index, so mounting reads no file's data; only documents of a manifest's
-    // length are read, to tell manifests from small files.
-    let mut docs: BTreeMap<Vec<u8>, (u64, Option<Manifest>)> = BTreeMap::new();
+    Ok(names)
+}
+
+/// Documents: length, and the manifest when the document is one. Lengths come from the
+/// index, so mounting reads no file's data; only documents of a manifest's length are
+/// read, to tell manifests from small files.
+fn read_docs(c: &Collection) -> Result<Docs, basalt_engine::Error> {
+    let mut docs = Docs::new();
     let mut maybe_manifests = Vec::new();
     for item in c
         .scan(
@@ -75,6 +121,19 @@ pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine:
             }
         }
     }
+    Ok(docs)
+}
+
+/// Loads collection `name` into the state; returns its root directory inode.
+pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine::Error> {
+    let c = st.db.collection(name)?;
+    let now = SystemTime::now();
+    let Records {
+        recs,
+        max_fid,
+        names,
+        mut docs,
+    } = read_records(&c, name)?;
 
     let coll_id = st.next_coll;
     st.next_coll += 1;

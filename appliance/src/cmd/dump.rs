@@ -13,10 +13,12 @@ pub fn run_dump(args: &DumpArgs, out: &mut dyn Write) -> Result<i32> {
                 std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
             let mut w = BufWriter::new(f);
             let n = dump::dump(&db, &args.collection, &mut w)?;
-            w.into_inner()
-                .map_err(|e| e.into_error())?
-                .sync_all()
-                .with_context(|| format!("syncing {}", p.display()))?;
+            let f = w.into_inner().map_err(|e| e.into_error())?;
+            // A file is synced; a device or pipe (`-o /dev/null`, a FIFO) cannot be.
+            if f.metadata().is_ok_and(|m| m.is_file()) {
+                f.sync_all()
+                    .with_context(|| format!("syncing {}", p.display()))?;
+            }
             n
         }
         None => dump::dump(&db, &args.collection, &mut BufWriter::new(&mut *out))?,

@@ -174,17 +174,12 @@ mod tests {
             durability: basalt_engine::Durability::NoSync,
             ..basalt_engine::Options::default()
         };
-        // Incompressible values of 1 MiB (xorshift), so the disk holds what was written.
+        // Incompressible values of 1 MiB, so the disk holds what was written.
         let value = |i: u8| -> Vec<u8> {
-            let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(i);
-            (0..1 << 20)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect()
+            use rand::{RngCore, SeedableRng};
+            let mut v = vec![0u8; 1 << 20];
+            rand::rngs::StdRng::seed_from_u64(u64::from(i)).fill_bytes(&mut v);
+            v
         };
         let src = Db::open(dir.path().join("src"), opts()).unwrap();
         let c = src.create_collection("big").unwrap();

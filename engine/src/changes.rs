@@ -10,6 +10,7 @@ use crate::data_block::DataBlock;
 use crate::db::{Inner, OwnedRecord};
 use crate::entry::Location;
 use crate::error::Result;
+use crate::read_path::READ_AHEAD_BYTES;
 use crate::record::{CollId, Kind, RecordIter, Seqno};
 use crate::segment::BlockInfo;
 use crate::segments::{Segment, SegmentMap};
@@ -97,6 +98,7 @@ impl ChangeIter {
     /// (in seqno order) that the feed will need next.
     fn prefetch(&mut self, i: usize) -> Result<()> {
         let mut batch = Vec::new();
+        let mut bytes = 0u64;
         for j in i..self.srcs.len().min(i + PREFETCH) {
             let s = &self.srcs[j];
             if s.recs.is_some() || self.prefetched.contains_key(&j) {
@@ -108,6 +110,10 @@ impl ChangeIter {
                 len: s.info.len,
             };
             if self.inner.readable_len(&s.seg, loc).is_some() {
+                if !batch.is_empty() && bytes + u64::from(s.info.len) > READ_AHEAD_BYTES {
+                    break;
+                }
+                bytes += u64::from(s.info.len);
                 batch.push(j);
             }
         }
@@ -220,5 +226,61 @@ impl Iterator for ChangeIter {
                 Some(Err(e))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::read_path::READ_AHEAD_BYTES;
+    use crate::{Db, Options};
+
+    /// Incompressible bytes, so a value's block is as big as the value.
+    fn noise(len: usize, seed: u64) -> Vec<u8> {
+        use rand::{RngCore, SeedableRng};
+        let mut v = vec![0u8; len];
+        rand::rngs::StdRng::seed_from_u64(seed).fill_bytes(&mut v);
+        v
+    }
+
+    #[test]
+    fn the_feed_reads_ahead_a_bounded_number_of_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), Options::for_unit_test(8 << 20)).unwrap();
+        let c = db.create_collection("c").unwrap();
+        let (small, big) = (200usize, 1536 << 10);
+        for i in 0..60u64 {
+            let len = if i < 30 { small } else { big };
+            c.put(format!("k{i:02}").as_bytes(), &noise(len, i))
+                .unwrap();
+            // One block per value: the feed's read-ahead is counted in blocks.
+            db.sync().unwrap();
+        }
+        let mut feed = c.changes(0).unwrap();
+        let (mut most_small, mut most_big) = (0, 0);
+        for i in 0..60u64 {
+            let ch = feed.next().unwrap().unwrap();
+            assert_eq!(ch.key, format!("k{i:02}").into_bytes());
+            assert_eq!(ch.value.unwrap().len(), if i < 30 { small } else { big });
+            let held: u64 = feed
+                .prefetched
+                .values()
+                .map(|b| b.payload().len() as u64)
+                .sum();
+            assert!(
+                held <= READ_AHEAD_BYTES + big as u64,
+                "{held} bytes of blocks held after change {i}"
+            );
+            if i < 10 {
+                most_small = most_small.max(feed.prefetched.len());
+            } else if i >= 30 {
+                most_big = most_big.max(feed.prefetched.len());
+            }
+        }
+        assert!(feed.next().is_none());
+        assert!(
+            most_small >= 16,
+            "small blocks still come many at a time: {most_small}"
+        );
+        assert!(most_big <= 3, "big blocks come a few at a time: {most_big}");
     }
 }

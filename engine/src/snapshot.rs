@@ -257,11 +257,6 @@ impl Source {
 
 /// Iterator over `(key, value)` pairs of a scan. Yields an error once and stops if a
 /// block cannot be read.
-/// Record bytes a scan reads ahead in one batch: 64 values of up to 64 KiB, but one at a
-/// time when they are bigger (a batch of 64 values of 12 MiB had made `basalt dump` hold
-/// 1.8 GB).
-const SCAN_READ_AHEAD_BYTES: u64 = 4 << 20;
-
 pub struct ScanIter {
     snap: Snapshot,
     coll: CollId,
@@ -353,7 +348,7 @@ impl ScanIter {
 
     /// Next (key, value). A value whose block is cached is read at once; on a miss the
     /// values of a batch of upcoming keys (8, doubling up to 64, and no more than
-    /// [`SCAN_READ_AHEAD_BYTES`] of records past the first) are read together, so their
+    /// [`crate::read_path::READ_AHEAD_BYTES`] of records past the first) are read together, so their
     /// block reads go to the device in one submission.
     fn next_entry(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         if !self.started {
@@ -373,7 +368,7 @@ impl ScanIter {
         }
         if value.is_none() {
             let mut bytes: u64 = self.ready.iter().map(|r| r.1.rec_size as u64).sum();
-            while self.ready.len() < self.batch && bytes < SCAN_READ_AHEAD_BYTES {
+            while self.ready.len() < self.batch && bytes < crate::read_path::READ_AHEAD_BYTES {
                 match self.next_winner()? {
                     Some((k, e)) => {
                         bytes += e.rec_size as u64;
@@ -557,7 +552,8 @@ impl Iterator for ScanIter {
 
 #[cfg(test)]
 mod tests {
-    use super::{prefix_successor, SCAN_READ_AHEAD_BYTES};
+    use super::prefix_successor;
+    use crate::read_path::READ_AHEAD_BYTES;
     use crate::{Db, Direction, Options};
 
     #[test]
@@ -585,7 +581,7 @@ mod tests {
             assert!(v.iter().all(|&b| b == i as u8));
             let held: u64 = it.ready.iter().map(|r| r.1.rec_size as u64).sum();
             assert!(
-                held <= SCAN_READ_AHEAD_BYTES + big as u64 + 64,
+                held <= READ_AHEAD_BYTES + big as u64 + 64,
                 "{held} bytes of records held after value {i}"
             );
             if i < 90 {

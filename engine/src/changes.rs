@@ -95,7 +95,8 @@ impl ChangeIter {
     }
 
     /// Reads block `i` and, in the same device submission, up to 31 following blocks
-    /// (in seqno order) that the feed will need next.
+    /// (in seqno order) that the feed will need next, no more than [`READ_AHEAD_BYTES`]
+    /// in all unless block `i` alone is bigger.
     fn prefetch(&mut self, i: usize) -> Result<()> {
         let mut batch = Vec::new();
         let mut bytes = 0u64;

@@ -26,8 +26,8 @@ use std::sync::Arc;
 /// start the device sooner (16 keys' lookups are ~37 µs, half an NVMe read).
 const LOOKUP_CHUNK: usize = 8;
 
-/// Bytes a scan or the change feed reads ahead in one batch, past the first record or
-/// block: 64 values or 32 blocks of up to 64 KiB, but one at a time when they are bigger
+/// Bytes a scan or the change feed reads in one batch (a batch always takes its first
+/// record or block): 64 values or 32 blocks of up to 64 KiB, one at a time when bigger
 /// (64 values of 12 MiB had made `basalt dump` hold 1.8 GB, 32 such blocks
 /// `basalt changes` 0.9 GB).
 pub(crate) const READ_AHEAD_BYTES: u64 = 4 << 20;

@@ -347,9 +347,9 @@ impl ScanIter {
     }
 
     /// Next (key, value). A value whose block is cached is read at once; on a miss the
-    /// values of a batch of upcoming keys (8, doubling up to 64, and no more than
-    /// [`crate::read_path::READ_AHEAD_BYTES`] of records past the first) are read together, so their
-    /// block reads go to the device in one submission.
+    /// values of a batch of upcoming keys are read together, so their block reads go to
+    /// the device in one submission: 8 keys, doubling up to 64, and none added once the
+    /// batch's records reach [`crate::read_path::READ_AHEAD_BYTES`].
     fn next_entry(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         if !self.started {
             self.started = true;

@@ -27,7 +27,7 @@ pub const VERSION: u64 = 1;
 /// whole dump (a batch is never split across segments) and every later open replay it
 /// in memory (1.36 GB for 100 values of 12 MiB).
 const BATCH: usize = 1000;
-const BATCH_BYTES: usize = 16 << 20;
+const BATCH_BYTES: u64 = 16 << 20;
 
 /// What a dump or load moved.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -94,7 +94,6 @@ pub fn load(db: &Db, input: &mut dyn BufRead) -> Result<Counts> {
     }
     let mut n = Counts::default();
     let mut batch = WriteBatch::new();
-    let mut batch_bytes = 0usize;
     let mut ended = None;
     for (i, l) in lines {
         let no = i + 1;
@@ -119,7 +118,6 @@ pub fn load(db: &Db, input: &mut dyn BufRead) -> Result<Counts> {
             if !batch.is_empty() {
                 db.write(&batch)?;
                 batch = WriteBatch::new();
-                batch_bytes = 0;
             }
             db.collection_or_create(coll)
                 .with_context(|| format!("line {no}"))?;
@@ -129,13 +127,11 @@ pub fn load(db: &Db, input: &mut dyn BufRead) -> Result<Counts> {
         let value = jsonbytes::get(&m, "value")
             .map_err(|e| anyhow::anyhow!("line {no}: {e}"))?
             .with_context(|| format!("line {no}: missing \"value\""))?;
-        batch.put(coll, &key, &value);
-        batch_bytes += key.len() + value.len();
+        batch.put_owned(coll, key, value);
         n.records += 1;
-        if batch.len() >= BATCH || batch_bytes >= BATCH_BYTES {
+        if batch.len() >= BATCH || batch.user_bytes() >= BATCH_BYTES {
             db.write(&batch).with_context(|| format!("line {no}"))?;
             batch = WriteBatch::new();
-            batch_bytes = 0;
         }
     }
     let Some(end) = ended else {

@@ -214,6 +214,18 @@ pub(crate) fn data_keys(
     Ok(out)
 }
 
+/// A scan over the user documents of a collection, in key order: every key from 0x01
+/// on (the mount's metadata keys start with NUL).
+pub(crate) fn documents(
+    coll: &basalt_engine::Collection,
+) -> Result<basalt_engine::ScanIter, basalt_engine::Error> {
+    coll.scan(
+        Bound::Included(&[1u8][..]),
+        Bound::Unbounded,
+        Direction::Forward,
+    )
+}
+
 /// Highest inode id (fid) stored in a collection, 0 when none (from the index alone).
 pub(crate) fn max_fid(coll: &basalt_engine::Collection) -> Result<u64, basalt_engine::Error> {
     let mut it = coll

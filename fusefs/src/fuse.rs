@@ -521,10 +521,10 @@ impl BasaltFs {
             if !dir {
                 return Err(Errno(libc::EISDIR));
             }
-            if !st.node(ino)?.children.is_empty() {
+            let cname = name.to_str().ok_or(Errno(libc::EINVAL))?.to_string();
+            if !st.node(ino)?.children.is_empty() || st.holds_documents(&cname)? {
                 return Err(Errno(libc::ENOTEMPTY));
             }
-            let cname = name.to_str().ok_or(Errno(libc::EINVAL))?.to_string();
             st.db
                 .drop_collection(&cname)
                 .map_err(|e| crate::state::engine_err(&cname, b"", &e))?;
@@ -559,7 +559,7 @@ impl BasaltFs {
             if noreplace {
                 return Err(Errno(libc::EEXIST));
             }
-            if !st.node(dst)?.children.is_empty() {
+            if !st.node(dst)?.children.is_empty() || st.holds_documents(&t)? {
                 return Err(Errno(libc::ENOTEMPTY));
             }
             st.db

@@ -99,14 +99,7 @@ fn read_names(c: &Collection) -> Result<BTreeMap<Vec<u8>, u64>, basalt_engine::E
 fn read_docs(c: &Collection) -> Result<Docs, basalt_engine::Error> {
     let mut docs = Docs::new();
     let mut maybe_manifests = Vec::new();
-    for item in c
-        .scan(
-            std::ops::Bound::Included(&[1u8][..]),
-            std::ops::Bound::Unbounded,
-            Direction::Forward,
-        )?
-        .keys_with_lens()
-    {
+    for item in crate::document::documents(c)?.keys_with_lens() {
         let (k, len) = item?;
         if len == layout::MANIFEST_LEN as u64 {
             maybe_manifests.push(k.clone());
@@ -122,6 +115,33 @@ fn read_docs(c: &Collection) -> Result<Docs, basalt_engine::Error> {
         }
     }
     Ok(docs)
+}
+
+/// Documents whose keys have no file path form (an empty component, `.` or `..`, a
+/// component over 255 bytes, a NUL byte: e.g. the binary keys of the health history),
+/// counted so that a collection of many logs one line, not one per document.
+#[derive(Default)]
+struct Pathless {
+    count: u64,
+    first: Option<Vec<u8>>,
+}
+
+impl Pathless {
+    fn add(&mut self, key: &[u8]) {
+        self.count += 1;
+        self.first.get_or_insert_with(|| key.to_vec());
+    }
+
+    fn report(&self, collection: &str) {
+        if let Some(first) = &self.first {
+            eprintln!(
+                "basalt-fusefs: {collection}: {} document(s) have keys that are no file \
+                 paths (first: {:?}); not shown as files (the engine API reads them)",
+                self.count,
+                String::from_utf8_lossy(first)
+            );
+        }
+    }
 }
 
 /// Loads collection `name` into the state; returns its root directory inode.
@@ -240,12 +260,10 @@ pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine:
     }
 
     // Documents without name records: files written through the engine API.
+    let mut pathless = Pathless::default();
     for (path, (len, m)) in docs {
         let Some(parts) = layout::split_path(&path) else {
-            eprintln!(
-                "basalt-fusefs: {name}: document {:?} has no file path form; not shown",
-                String::from_utf8_lossy(&path)
-            );
+            pathless.add(&path);
             continue;
         };
         let Some(parent) = ensure_dirs(st, coll_id, root_ino, &parts[..parts.len() - 1], now)
@@ -292,6 +310,8 @@ pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine:
             }
         }
     }
+
+    pathless.report(name);
 
     // Link counts follow the names found; fix records that disagree.
     let inos: Vec<u64> = fid_ino.values().copied().collect();

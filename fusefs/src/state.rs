@@ -401,6 +401,23 @@ impl State {
             .ok_or(Errno(libc::ENOENT))
     }
 
+    /// Whether collection `coll` holds any document in the engine. Its directory can
+    /// look empty while it does: documents whose keys are no paths (binary keys such
+    /// as the health history's in `.monitoring`) are not shown, and documents written
+    /// through the engine API while mounted appear only after a remount. Dropping such
+    /// a collection for an `rmdir` would delete data the user never saw.
+    pub fn holds_documents(&self, coll: &str) -> Result<bool, Errno> {
+        let first = self
+            .db
+            .collection(coll)
+            .and_then(|c| crate::document::documents(&c))
+            .and_then(|scan| scan.keys().next().transpose());
+        match first {
+            Ok(k) => Ok(k.is_some()),
+            Err(e) => Err(engine_err(coll, b"", &e)),
+        }
+    }
+
     pub fn alloc_ino(&mut self) -> u64 {
         let i = self.next_ino;
         self.next_ino += 1;

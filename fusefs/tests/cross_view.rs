@@ -198,6 +198,65 @@ fn collections_are_root_directories() {
     h.unmount().unwrap();
 }
 
+/// A collection whose directory looks empty but holds documents the mount does not
+/// show is not dropped by `rmdir` or by a rename onto it: documents whose keys are no
+/// paths (binary keys, as the health history's in `.monitoring`) and documents written
+/// through the engine API after the mount. Such keys cost one log line per collection
+/// at mount, not one per document.
+#[test]
+fn collections_holding_unshown_documents_are_not_removed() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
+    std::fs::create_dir_all(&mp).unwrap();
+    {
+        let db = open_db(&data);
+        let c = db.create_collection("samples").unwrap();
+        for i in 0..500u32 {
+            let mut key = b"nvme0\0temperature\0r".to_vec();
+            key.extend_from_slice(&i.to_be_bytes());
+            c.put(&key, &f64::from(i).to_le_bytes()).unwrap();
+        }
+        c.put(b"bad//key", b"not a path").unwrap();
+        db.create_collection("later").unwrap();
+        db.close().unwrap();
+    }
+    let m = common::DevMount::start_logged(&data, &mp, &[]);
+    let log = m.stop_with_stderr();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("samples")).collect();
+    assert_eq!(lines.len(), 1, "one line for the collection: {log}");
+    assert!(lines[0].contains("501 document(s)"), "{log}");
+
+    let db = open_db(&data);
+    let h = mount(db.clone(), cfg(&mp)).unwrap();
+    assert_eq!(std::fs::read_dir(mp.join("samples")).unwrap().count(), 0);
+    let e = std::fs::remove_dir(mp.join("samples")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY), "rmdir samples");
+    std::fs::create_dir(mp.join("fresh")).unwrap();
+    let e = std::fs::rename(mp.join("fresh"), mp.join("samples")).unwrap_err();
+    assert_eq!(
+        e.raw_os_error(),
+        Some(libc::ENOTEMPTY),
+        "rename onto samples"
+    );
+    // Written through the engine API while mounted: not shown yet, but kept.
+    db.put("later", b"report.txt", b"kept").unwrap();
+    let e = std::fs::remove_dir(mp.join("later")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY), "rmdir later");
+    // A collection that is really empty still goes.
+    std::fs::remove_dir(mp.join("fresh")).unwrap();
+    h.unmount().unwrap();
+    assert_eq!(db.list_collections(), ["later", "samples"]);
+    assert_eq!(db.get("later", b"report.txt").unwrap().unwrap(), b"kept");
+    let docs = db.collection("samples").unwrap();
+    assert_eq!(
+        docs.scan_prefix(b"", basalt_engine::Direction::Forward)
+            .unwrap()
+            .count(),
+        501
+    );
+}
+
 #[test]
 fn unlinked_open_file_lives_until_close() {
     require_fuse!();

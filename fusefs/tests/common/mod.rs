@@ -63,9 +63,21 @@ pub struct DevMount {
 
 impl DevMount {
     pub fn start(data: &Path, mountpoint: &Path, extra: &[&str]) -> DevMount {
+        Self::spawn(Self::mount_cmd(data, extra), mountpoint)
+    }
+
+    /// Like [`DevMount::start`], with the daemon's stderr kept for
+    /// [`DevMount::stop_with_stderr`].
+    pub fn start_logged(data: &Path, mountpoint: &Path, extra: &[&str]) -> DevMount {
+        let mut cmd = Self::mount_cmd(data, extra);
+        cmd.stderr(Stdio::piped());
+        Self::spawn(cmd, mountpoint)
+    }
+
+    fn mount_cmd(data: &Path, extra: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt-fusefs-dev"));
         cmd.arg("mount").arg("--data").arg(data).args(extra);
-        Self::spawn(cmd, mountpoint)
+        cmd
     }
 
     /// The null filesystem (`basalt-fusefs-dev nullfs`); its stderr is kept for
@@ -91,7 +103,7 @@ impl DevMount {
     }
 
     /// Like [`DevMount::stop`], and returns what the daemon wrote to stderr (piped by
-    /// [`DevMount::start_null`]).
+    /// [`DevMount::start_logged`] and [`DevMount::start_null`]).
     pub fn stop_with_stderr(mut self) -> String {
         let mut err = String::new();
         let mut pipe = self.child.stderr.take().expect("stderr piped");

@@ -13,6 +13,7 @@ use crate::io::{probe_direct_io, DataFile, IoCounters, IoMode};
 use crate::lock::DirLock;
 use crate::log_writer::{create_segment, LogWriter};
 use crate::memtable::Memtable;
+use crate::observer::{WriteObserver, Written};
 use crate::options::{Durability, IoBackend, Options};
 use crate::record::{CollId, Kind, RecordIter, RecordRef, Seqno};
 use crate::segment::{
@@ -132,6 +133,8 @@ pub(crate) struct Inner {
     /// [`Inner::rebalance_caches`], for resizing the caches without taking the
     /// garbage lock.
     pub pinned_bytes: AtomicU64,
+    /// Told about every committed user write (`Db::observe_writes`).
+    pub observers: crate::observer::Observers,
 }
 
 /// An open engine. Cheap to clone; the engine shuts down when the last clone drops.
@@ -736,6 +739,7 @@ impl Db {
             ),
             warm_request: Mutex::new(None),
             reads_at_merge: Mutex::new((0, None)),
+            observers: Default::default(),
             opts,
         });
         let guard = Arc::new(CloseGuard {
@@ -893,7 +897,39 @@ impl Db {
             }
         }
         drop(cat);
-        self.inner.commit(CommitOps::User(ops))
+        let seqno = self.inner.commit(CommitOps::User(ops))?;
+        self.inner.observers.tell(|| {
+            batch
+                .ops()
+                .iter()
+                .map(|op| match op {
+                    BatchOp::Put {
+                        collection, key, ..
+                    } => Written {
+                        collection,
+                        key,
+                        deleted: false,
+                    },
+                    BatchOp::Delete { collection, key } => Written {
+                        collection,
+                        key,
+                        deleted: true,
+                    },
+                })
+                .collect()
+        });
+        Ok(seqno)
+    }
+
+    /// Registers `f` to be told about every user write committed from now on (see
+    /// [`WriteObserver`]); returns an id for [`Db::stop_observing`].
+    pub fn observe_writes(&self, f: WriteObserver) -> u64 {
+        self.inner.observers.add(f)
+    }
+
+    /// Unregisters the observer `id` returned by [`Db::observe_writes`].
+    pub fn stop_observing(&self, id: u64) {
+        self.inner.observers.remove(id)
     }
 
     /// Makes every acknowledged write durable (one fdatasync of the log).
@@ -1047,15 +1083,24 @@ impl Collection {
     }
 
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<Seqno> {
-        self.db
-            .inner
-            .commit(CommitOps::User(vec![(self.id, Kind::Put, key, value)]))
+        self.write_one(Kind::Put, key, value)
     }
 
     pub fn delete(&self, key: &[u8]) -> Result<Seqno> {
-        self.db
-            .inner
-            .commit(CommitOps::User(vec![(self.id, Kind::Delete, key, &[])]))
+        self.write_one(Kind::Delete, key, &[])
+    }
+
+    fn write_one(&self, kind: Kind, key: &[u8], value: &[u8]) -> Result<Seqno> {
+        let inner = &self.db.inner;
+        let seqno = inner.commit(CommitOps::User(vec![(self.id, kind, key, value)]))?;
+        inner.observers.tell(|| {
+            vec![Written {
+                collection: &self.name,
+                key,
+                deleted: kind == Kind::Delete,
+            }]
+        });
+        Ok(seqno)
     }
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {

@@ -606,3 +606,45 @@ fn check_passes_on_a_clean_directory_and_counts_documents() {
     assert_eq!(rep.documents, 300);
     assert!(rep.blocks > 0 && rep.index_runs > 0);
 }
+
+/// Observers hear of every committed put and delete (batches and single writes, each
+/// write visible to reads when told), and of nothing that failed or came after they
+/// stopped observing.
+#[test]
+fn write_observers_are_told_each_committed_write_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    let c = db.create_collection("docs").unwrap();
+    type Heard = Vec<Vec<(String, Vec<u8>, bool, bool)>>;
+    let heard: std::sync::Arc<std::sync::Mutex<Heard>> = Default::default();
+    let (h, reader) = (heard.clone(), db.clone());
+    let id = db.observe_writes(std::sync::Arc::new(move |ws| {
+        let batch = ws
+            .iter()
+            .map(|w| {
+                let visible = reader.get(w.collection, w.key).unwrap().is_some() != w.deleted;
+                (w.collection.to_string(), w.key.to_vec(), w.deleted, visible)
+            })
+            .collect();
+        h.lock().unwrap().push(batch);
+    }));
+    c.put(b"a", b"1").unwrap();
+    let mut b = WriteBatch::new();
+    b.put("docs", b"b", b"2").delete("docs", b"a");
+    db.write(&b).unwrap();
+    c.delete(b"b").unwrap();
+    let mut bad = WriteBatch::new();
+    bad.put("docs", b"c", b"3").put("missing", b"d", b"4");
+    assert!(db.write(&bad).is_err());
+    db.stop_observing(id);
+    c.put(b"e", b"5").unwrap();
+    let w = |k: &[u8], deleted| ("docs".to_string(), k.to_vec(), deleted, true);
+    assert_eq!(
+        *heard.lock().unwrap(),
+        vec![
+            vec![w(b"a", false)],
+            vec![w(b"b", false), w(b"a", true)],
+            vec![w(b"b", true)],
+        ]
+    );
+}

@@ -240,8 +240,10 @@ pub(crate) fn max_fid(coll: &basalt_engine::Collection) -> Result<u64, basalt_en
 
 /// Writes `data` as the document `key` of `collection` (created when missing), in the
 /// layout the mount uses: one record up to the default chunk size, a manifest plus
-/// chunks beyond. Replaces an existing document. Not for a collection that is mounted
-/// at the same time (the mount keeps its metadata in memory).
+/// chunks beyond. Replaces an existing document. A mount of the same engine in this
+/// process shows the result at once; but the file's inode id is the highest stored one
+/// plus one, so a file the mount creates in the same collection at the same moment
+/// may take the same id: do not race it with creates through the mount.
 pub fn write_document(
     db: &Db,
     collection: &str,

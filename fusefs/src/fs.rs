@@ -169,7 +169,7 @@ impl State {
 
     /// Removes entry `name` of `parent` (unlink or rmdir, also the target of a
     /// rename), adding the engine changes to `b`. Memory is updated at once.
-    fn remove_entry(
+    pub(crate) fn remove_entry(
         &mut self,
         parent: u64,
         name: &OsStr,

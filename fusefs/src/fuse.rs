@@ -5,6 +5,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -15,6 +16,7 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
+use crate::external::{External, Forget};
 use crate::fs::{Caller, NewNode, ReadPlan};
 use crate::layout::Kind;
 use crate::read_pool::{Finished, ReadPool};
@@ -77,10 +79,20 @@ pub struct Shared {
     /// The kernel granted `FUSE_HANDLE_KILLPRIV_V2`: this filesystem clears set-ID bits
     /// and capabilities on write, truncate and chown (see `Node::kill_priv`).
     killpriv: AtomicBool,
+    /// Documents written through the engine API, taken in by [`Shared::lock`], and
+    /// where what the kernel must forget then goes (see `crate::external`).
+    external: Arc<External>,
+    forget: Sender<Forget>,
 }
 
 impl Shared {
-    pub fn new(state: State, opts: FsOptions, health: Option<HealthFn>) -> Shared {
+    pub fn new(
+        state: State,
+        opts: FsOptions,
+        health: Option<HealthFn>,
+        external: Arc<External>,
+        forget: Sender<Forget>,
+    ) -> Shared {
         let mut virt = HashMap::new();
         virt.insert(views::DIR_INO, Virtual::Dir);
         virt.insert(views::STATS_INO, Virtual::Stats);
@@ -114,12 +126,22 @@ impl Shared {
             },
             requests: Requests::default(),
             killpriv: AtomicBool::new(false),
+            external,
+            forget,
             opts,
         }
     }
 
+    /// The state, with documents written through the engine API since the last call
+    /// taken in.
     pub fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(keys) = self.external.take() {
+            for f in st.take_in(keys) {
+                let _ = self.forget.send(f);
+            }
+        }
+        st
     }
 
     fn handles(&self) -> MutexGuard<'_, HashMap<u64, Handle>> {
@@ -773,6 +795,13 @@ impl BasaltFs {
             let n = st.node_mut(ino)?;
             if n.is_dir() && flags & libc::O_ACCMODE != libc::O_RDONLY {
                 return Err(Errno(libc::EISDIR));
+            }
+            if !n.is_dir() && n.nlink == 0 && n.open == 0 {
+                // Reached through a name the kernel has not forgotten yet (a document
+                // replaced or deleted through the engine API, see `crate::external`):
+                // ESTALE makes the kernel look the path up again and open what is
+                // there now, as a path walk racing a rename over the file would.
+                return Err(Errno(libc::ESTALE));
             }
             n.open += 1;
         }

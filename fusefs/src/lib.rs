@@ -4,6 +4,7 @@
 
 mod document;
 mod error;
+mod external;
 mod fs;
 mod fuse;
 pub mod layout;

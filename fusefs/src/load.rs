@@ -372,7 +372,7 @@ pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine:
 }
 
 /// Makes sure the directories of `parts` exist under `root`; returns the last one.
-fn ensure_dirs(
+pub(crate) fn ensure_dirs(
     st: &mut State,
     coll: u32,
     root: u64,

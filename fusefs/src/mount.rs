@@ -7,8 +7,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 use basalt_engine::Db;
-use fuser::{Config, Filesystem, MountOption, SessionACL, SessionUnmounter};
+use fuser::{Config, Filesystem, INodeNo, MountOption, SessionACL, SessionUnmounter};
 
+use crate::external::{External, Forget};
 use crate::fuse::{BasaltFs, Done, FsOptions, HealthFn, Shared};
 use crate::layout::Kind;
 use crate::state::{Node, State, FIRST_INO, ROOT_INO};
@@ -65,6 +66,20 @@ pub struct MountHandle {
     unmounter: Option<SessionUnmounter>,
     session: Option<JoinHandle<std::io::Result<()>>>,
     flusher: Option<JoinHandle<()>>,
+    /// Unregisters the engine write observer when the handle goes.
+    _observing: Option<Observing>,
+}
+
+/// An engine write observer registered for as long as this lives.
+struct Observing {
+    db: Db,
+    id: u64,
+}
+
+impl Drop for Observing {
+    fn drop(&mut self) {
+        self.db.stop_observing(self.id);
+    }
 }
 
 fn parse_options(cfg: &MountConfig) -> Result<(FsOptions, Vec<MountOption>), FsError> {
@@ -203,16 +218,26 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
             )))
         }
     } as u64;
+    // Observing from before the load on: a document written meanwhile is taken in
+    // again, which changes nothing (see `crate::external`).
+    let external = Arc::new(External::default());
+    let observing = Observing {
+        id: db.observe_writes(external.observer()),
+        db: db.clone(),
+    };
     let state = build_state(db, chunk_size)?;
     let (flush_interval, readahead_kb, workers) =
         (opts.flush_interval, opts.readahead_kb, opts.workers);
     let health: Option<HealthFn> = cfg.health.clone();
-    let shared = Arc::new(Shared::new(state, opts, health));
+    let (forget_tx, forget_rx) = std::sync::mpsc::channel();
+    let shared = Arc::new(Shared::new(state, opts, health, external, forget_tx));
     let fs = BasaltFs {
         shared: shared.clone(),
     };
     let done = shared.done.clone();
-    let (unmounter, session) = start_session(fs, &cfg, mopts, workers, readahead_kb, done.clone())?;
+    let (unmounter, session, notifier) =
+        start_session(fs, &cfg, mopts, workers, readahead_kb, done.clone())?;
+    spawn_forgetter(notifier, forget_rx);
     let fl_shared = shared.clone();
     let flusher = std::thread::Builder::new()
         .name("basalt-flush".into())
@@ -229,7 +254,38 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
         unmounter: Some(unmounter),
         session: Some(session),
         flusher,
+        _observing: Some(observing),
     })
+}
+
+/// Tells the kernel what to forget after documents written through the engine API
+/// changed the tree. On a thread of its own: a notification waits for the locks of
+/// the directory concerned, which a FUSE request in that directory may hold while it
+/// waits for this filesystem. Ends when the mount's state is dropped.
+fn spawn_forgetter(notifier: fuser::Notifier, rx: std::sync::mpsc::Receiver<Forget>) {
+    let run = move || {
+        for f in rx {
+            // ENOENT: the kernel had nothing cached. Nothing else is worth a retry.
+            let _ = match &f {
+                Forget::Entry { parent, name } => notifier.inval_entry(INodeNo(*parent), name),
+                Forget::Deleted {
+                    parent,
+                    child,
+                    name,
+                } => notifier.delete(INodeNo(*parent), INodeNo(*child), name),
+                Forget::Inode(ino) => notifier.inval_inode(INodeNo(*ino), 0, 0),
+            };
+        }
+    };
+    if let Err(e) = std::thread::Builder::new()
+        .name("basalt-forget".into())
+        .spawn(run)
+    {
+        eprintln!(
+            "basalt-fusefs: no thread to tell the kernel of engine-API writes ({e}); \
+             cached names and attributes of such files stay until their timeouts"
+        );
+    }
 }
 
 /// Mounts the null filesystem ([`crate::nullfs`]: an in-memory tree, no engine) at
@@ -241,7 +297,8 @@ pub fn mount_null(cfg: MountConfig) -> Result<MountHandle, FsError> {
     let (readahead_kb, workers) = (opts.readahead_kb, opts.workers);
     let fs = crate::nullfs::NullFs::new(opts);
     let done = fs.done.clone();
-    let (unmounter, session) = start_session(fs, &cfg, mopts, workers, readahead_kb, done.clone())?;
+    let (unmounter, session, _) =
+        start_session(fs, &cfg, mopts, workers, readahead_kb, done.clone())?;
     Ok(MountHandle {
         mountpoint: cfg.mountpoint,
         shared: None,
@@ -249,6 +306,7 @@ pub fn mount_null(cfg: MountConfig) -> Result<MountHandle, FsError> {
         unmounter: Some(unmounter),
         session: Some(session),
         flusher: None,
+        _observing: None,
     })
 }
 
@@ -265,7 +323,7 @@ fn worker_threads(configured: usize) -> usize {
 
 /// Mounts `fs` and serves it on `threads` workers (`FsOptions::workers`), each
 /// with its own cloned `/dev/fuse` fd, then sets the mount's readahead; `done` is
-/// marked when the session ends.
+/// marked when the session ends. Also returns the session's notifier.
 fn start_session<F: Filesystem>(
     fs: F,
     cfg: &MountConfig,
@@ -273,7 +331,7 @@ fn start_session<F: Filesystem>(
     threads: usize,
     readahead_kb: u32,
     done: Arc<Done>,
-) -> Result<(SessionUnmounter, SessionThread), FsError> {
+) -> Result<(SessionUnmounter, SessionThread, fuser::Notifier), FsError> {
     let mut config = Config::default();
     mopts.dedup();
     config.mount_options = mopts;
@@ -290,6 +348,7 @@ fn start_session<F: Filesystem>(
         source: e,
     })?;
     let unmounter = session.unmount_callable();
+    let notifier = session.notifier();
     let thread = std::thread::Builder::new()
         .name("basalt-fuse".into())
         .spawn(move || {
@@ -302,7 +361,7 @@ fn start_session<F: Filesystem>(
             source: e,
         })?;
     set_readahead(mountpoint, readahead_kb);
-    Ok((unmounter, thread))
+    Ok((unmounter, thread, notifier))
 }
 
 /// Where the kernel keeps the readahead of the filesystem mounted at `mountpoint`:

@@ -304,14 +304,20 @@ impl Batch {
     pub fn delete(&mut self, coll: &str, key: Vec<u8>) {
         self.ops.insert((coll.to_string(), key), None);
     }
+    /// Drops the put or delete of `key`, if any.
+    pub fn forget(&mut self, coll: &str, key: &[u8]) {
+        self.ops.remove(&(coll.to_string(), key.to_vec()));
+    }
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
+    /// Writes the batch as one engine batch (a write of the mount's own, see
+    /// [`crate::external::own`]).
     pub fn commit(self, db: &Db) -> Result<(), basalt_engine::Error> {
         if self.ops.is_empty() {
             return Ok(());
         }
-        db.write(&self.into_write_batch()).map(|_| ())
+        crate::external::own(|| db.write(&self.into_write_batch())).map(|_| ())
     }
     /// The engine batch, values moved into it (no copy).
     pub fn into_write_batch(self) -> WriteBatch {
@@ -742,7 +748,7 @@ impl State {
             }
         }
         let wb = b.into_write_batch();
-        if let Err(err) = self.db.write(&wb) {
+        if let Err(err) = crate::external::own(|| self.db.write(&wb)) {
             let path = self.paths(ino).ok().and_then(|p| p.into_iter().next());
             let errno = engine_err(&coll, &path.unwrap_or_default(), &err);
             self.keep_unwritten(ino, wb, dirty);

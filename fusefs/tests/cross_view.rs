@@ -10,6 +10,25 @@ use std::path::Path;
 use basalt_fusefs::{mount, write_document, DocumentReader};
 use common::{assert_bytes, mount_config as cfg, open_db, pattern};
 
+/// A temporary directory (removed when the first value drops) with a data directory
+/// path and a created mountpoint.
+fn data_and_mountpoint() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
+    std::fs::create_dir_all(&mp).unwrap();
+    (tmp, data, mp)
+}
+
+/// The names in directory `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
 /// Truncates the file at `p` to `len` bytes (open, `ftruncate`, close).
 fn shrink(p: &Path, len: u64) {
     let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
@@ -30,9 +49,7 @@ const PATCH_AT: usize = 2 * basalt_fusefs::DEFAULT_CHUNK_SIZE + 1000;
 #[test]
 fn mount_writes_are_engine_documents() {
     require_fuse!();
-    let tmp = tempfile::tempdir().unwrap();
-    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
-    std::fs::create_dir_all(&mp).unwrap();
+    let (_tmp, data, mp) = data_and_mountpoint();
     let small = b"hello basalt\n".to_vec();
     let big = pattern(1, 3 * basalt_fusefs::DEFAULT_CHUNK_SIZE + 12345);
     let mut sparse = vec![0u8; 5 << 20];
@@ -117,9 +134,7 @@ fn mount_writes_are_engine_documents() {
 #[test]
 fn engine_documents_are_files() {
     require_fuse!();
-    let tmp = tempfile::tempdir().unwrap();
-    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
-    std::fs::create_dir_all(&mp).unwrap();
+    let (_tmp, data, mp) = data_and_mountpoint();
     let big = pattern(3, 2 * basalt_fusefs::DEFAULT_CHUNK_SIZE + 7);
     {
         let db = open_db(&data);
@@ -144,12 +159,7 @@ fn engine_documents_are_files() {
             "big via fs",
         );
         assert_eq!(std::fs::read(c.join("small.txt")).unwrap(), b"small");
-        let mut names: Vec<String> = std::fs::read_dir(&c)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        names.sort();
-        assert_eq!(names, ["2024", "small.txt", "top"]);
+        assert_eq!(names(&c), ["2024", "small.txt", "top"]);
         // Change through the mount, then read through the engine.
         std::fs::write(c.join("top"), b"changed").unwrap();
         std::fs::remove_file(c.join("2024/01/o1.json")).unwrap();
@@ -170,9 +180,7 @@ fn engine_documents_are_files() {
 #[test]
 fn collections_are_root_directories() {
     require_fuse!();
-    let tmp = tempfile::tempdir().unwrap();
-    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
-    std::fs::create_dir_all(&mp).unwrap();
+    let (_tmp, data, mp) = data_and_mountpoint();
     let db = open_db(&data);
     let h = mount(db.clone(), cfg(&mp)).unwrap();
     std::fs::create_dir(mp.join("a")).unwrap();
@@ -206,9 +214,7 @@ fn collections_are_root_directories() {
 #[test]
 fn collections_holding_unshown_documents_are_not_removed() {
     require_fuse!();
-    let tmp = tempfile::tempdir().unwrap();
-    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
-    std::fs::create_dir_all(&mp).unwrap();
+    let (_tmp, data, mp) = data_and_mountpoint();
     {
         let db = open_db(&data);
         let c = db.create_collection("samples").unwrap();
@@ -257,12 +263,82 @@ fn collections_holding_unshown_documents_are_not_removed() {
     );
 }
 
+/// Polls until `f` holds (the kernel may serve cached attributes and pages until the
+/// mount's flusher takes the engine write in and tells it to forget them: under a
+/// second; gives up after 10 s).
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let t = std::time::Instant::now();
+    while !f() {
+        assert!(t.elapsed().as_secs() < 10, "never happened: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Documents written through the engine API while mounted (by code in the same
+/// process) are files at once: new ones with the directories their paths imply,
+/// replaced ones with their new content (also over a file the mount created, and as a
+/// large chunked document), deleted ones gone; one whose path a directory holds is not
+/// shown. A remount shows the same tree.
+#[test]
+fn engine_api_writes_while_mounted_are_files_at_once() {
+    require_fuse!();
+    let (_tmp, data, mp) = data_and_mountpoint();
+    let db = open_db(&data);
+    let h = mount(db.clone(), cfg(&mp)).unwrap();
+    let c = mp.join("live");
+    std::fs::create_dir(&c).unwrap();
+    std::fs::write(c.join("mine.txt"), b"from the mount").unwrap();
+    std::fs::create_dir(c.join("d")).unwrap();
+    assert_eq!(
+        std::fs::read(c.join("mine.txt")).unwrap(),
+        b"from the mount"
+    );
+
+    db.put("live", b"a/b/new.txt", b"hello").unwrap();
+    assert_eq!(names(&c), ["a", "d", "mine.txt"]);
+    assert_eq!(std::fs::read(c.join("a/b/new.txt")).unwrap(), b"hello");
+    assert_eq!(std::fs::metadata(c.join("a/b/new.txt")).unwrap().len(), 5);
+
+    db.put("live", b"a/b/new.txt", b"hello, world").unwrap();
+    eventually("new content of a/b/new.txt", || {
+        std::fs::read(c.join("a/b/new.txt")).unwrap() == b"hello, world"
+    });
+    db.put("live", b"mine.txt", b"replaced through the engine")
+        .unwrap();
+    eventually("mine.txt replaced", || {
+        std::fs::read(c.join("mine.txt")).unwrap() == b"replaced through the engine"
+    });
+    let big = pattern(9, 3 * basalt_fusefs::DEFAULT_CHUNK_SIZE + 11);
+    write_document(&db, "live", "a/big.bin", &mut &big[..]).unwrap();
+    eventually("a/big.bin", || {
+        std::fs::read(c.join("a/big.bin")).is_ok_and(|v| v == big)
+    });
+    db.put("live", b"d", b"a directory holds this path")
+        .unwrap();
+    db.delete("live", b"a/b/new.txt").unwrap();
+    eventually("a/b/new.txt deleted", || !c.join("a/b/new.txt").exists());
+    assert!(c.join("d").is_dir());
+    assert_eq!(names(&c.join("a")), ["b", "big.bin"]);
+    // The mount's own writes still work on the files it took in.
+    std::fs::write(c.join("a/big.bin"), b"small now").unwrap();
+    h.unmount().unwrap();
+
+    let h = mount(db.clone(), cfg(&mp)).unwrap();
+    assert_eq!(names(&c), ["a", "d", "mine.txt"]);
+    assert_eq!(
+        std::fs::read(c.join("mine.txt")).unwrap(),
+        b"replaced through the engine"
+    );
+    assert_eq!(std::fs::read(c.join("a/big.bin")).unwrap(), b"small now");
+    assert!(!c.join("a/b/new.txt").exists());
+    h.unmount().unwrap();
+    assert_eq!(doc(&db, "live", "a/big.bin"), b"small now");
+}
+
 #[test]
 fn unlinked_open_file_lives_until_close() {
     require_fuse!();
-    let tmp = tempfile::tempdir().unwrap();
-    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
-    std::fs::create_dir_all(&mp).unwrap();
+    let (_tmp, data, mp) = data_and_mountpoint();
     let h = mount(open_db(&data), cfg(&mp)).unwrap();
     std::fs::create_dir(mp.join("c")).unwrap();
     let p = mp.join("c/tmpfile");
@@ -312,9 +388,7 @@ fn unlinked_open_file_lives_until_close() {
 #[test]
 fn unlinked_files_leave_no_records() {
     require_fuse!();
-    let tmp = tempfile::tempdir().unwrap();
-    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
-    std::fs::create_dir_all(&mp).unwrap();
+    let (_tmp, data, mp) = data_and_mountpoint();
     let chunk = basalt_fusefs::DEFAULT_CHUNK_SIZE;
     let records = |db: &basalt_engine::Db| -> Vec<Vec<u8>> {
         let c = db.collection("c").unwrap();
@@ -416,9 +490,7 @@ fn patch_records(db: &basalt_engine::Db, coll: &str) -> usize {
 #[test]
 fn the_engine_view_reads_patches_and_holes_in_every_read_ahead_window() {
     require_fuse!();
-    let tmp = tempfile::tempdir().unwrap();
-    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
-    std::fs::create_dir_all(&mp).unwrap();
+    let (_tmp, data, mp) = data_and_mountpoint();
     let chunk = basalt_fusefs::DEFAULT_CHUNK_SIZE;
     let h = mount(open_db(&data), cfg(&mp)).unwrap();
     std::fs::create_dir(mp.join("db")).unwrap();
@@ -460,9 +532,7 @@ fn the_engine_view_reads_patches_and_holes_in_every_read_ahead_window() {
 #[test]
 fn synced_small_writes_commit_their_pages_not_their_chunks() {
     require_fuse!();
-    let tmp = tempfile::tempdir().unwrap();
-    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
-    std::fs::create_dir_all(&mp).unwrap();
+    let (_tmp, data, mp) = data_and_mountpoint();
     let chunk = basalt_fusefs::DEFAULT_CHUNK_SIZE;
     let mut model = pattern(7, 8 * chunk + 3000);
     let h = mount(open_db(&data), cfg(&mp)).unwrap();

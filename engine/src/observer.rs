@@ -1,0 +1,57 @@
+//! Write observers: code in the same process told about every committed user write
+//! (a mounted filesystem learns of documents written through the engine API).
+
+use parking_lot::RwLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One committed write, as told to an observer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Written<'a> {
+    pub collection: &'a str,
+    pub key: &'a [u8],
+    /// A delete (tombstone) rather than a put.
+    pub deleted: bool,
+}
+
+/// Called with the writes of each committed batch (or single put/delete), on the
+/// writer's thread, after the writes are visible to reads and before the write call
+/// returns. It must be quick and must not write to the engine.
+pub type WriteObserver = Arc<dyn Fn(&[Written<'_>]) + Send + Sync>;
+
+/// The registered observers.
+#[derive(Default)]
+pub(crate) struct Observers {
+    list: RwLock<Vec<(u64, WriteObserver)>>,
+    /// Any observer registered: the write path skips building the list otherwise.
+    any: AtomicBool,
+    next_id: AtomicU64,
+}
+
+impl Observers {
+    pub fn add(&self, f: WriteObserver) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut l = self.list.write();
+        l.push((id, f));
+        self.any.store(true, Ordering::SeqCst);
+        id
+    }
+
+    pub fn remove(&self, id: u64) {
+        let mut l = self.list.write();
+        l.retain(|(i, _)| *i != id);
+        self.any.store(!l.is_empty(), Ordering::SeqCst);
+    }
+
+    /// Tells every observer about the writes `build` lists (built only when one is
+    /// registered).
+    pub fn tell<'a>(&self, build: impl FnOnce() -> Vec<Written<'a>>) {
+        if !self.any.load(Ordering::SeqCst) {
+            return;
+        }
+        let writes = build();
+        for (_, f) in self.list.read().iter() {
+            f(&writes);
+        }
+    }
+}

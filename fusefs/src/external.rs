@@ -1,0 +1,316 @@
+//! Documents written through the engine API while mounted, by code in the same process
+//! (the engine is locked to one process): an engine write observer queues their keys,
+//! the tree takes them in the next time the state lock is taken (by any request, or
+//! by the flusher within its interval), and the kernel is told to forget what it
+//! cached of the names and files concerned.
+//!
+//! The tree follows the engine's current document, not the queued write, so the order
+//! in which writes are taken in does not matter and taking one in twice changes
+//! nothing. A new document is a new file (0644, root, directories implied by its path,
+//! as at mount in `load`). A replaced document is a new file too, which takes the name
+//! from the old inode as a rename over it would: under the writeback cache the kernel
+//! keeps a cached file's size itself and would not take a new one from this
+//! filesystem, so the new content needs a new inode number. A file with unflushed
+//! writes keeps them instead: its flush rewrites the document, as if the engine write
+//! had come first. A deleted document is an unlinked file (an open one lives until
+//! closed). A document whose path a directory, symlink or special file holds is not
+//! shown.
+
+use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use basalt_engine::{WriteObserver, Written};
+
+use crate::layout::{self, Kind, Manifest, Storage};
+use crate::load::{ensure_dirs, link_child};
+use crate::state::{Batch, Errno, Node, State};
+
+thread_local! {
+    /// Set while this thread commits a write of the mount itself.
+    static MOUNT_WRITE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f`, a write of the mount's own, so that the observer ignores it.
+pub fn own<T>(f: impl FnOnce() -> T) -> T {
+    let was = MOUNT_WRITE.with(|c| c.replace(true));
+    let r = f();
+    MOUNT_WRITE.with(|c| c.set(was));
+    r
+}
+
+/// Keys (collection, document key) written from outside the mount, not taken in yet.
+#[derive(Default)]
+pub struct External {
+    pending: Mutex<BTreeSet<(String, Vec<u8>)>>,
+    any: AtomicBool,
+}
+
+impl External {
+    /// The engine write observer that fills this queue.
+    pub fn observer(self: &Arc<Self>) -> WriteObserver {
+        let me = self.clone();
+        Arc::new(move |ws: &[Written<'_>]| me.heard(ws))
+    }
+
+    fn heard(&self, ws: &[Written<'_>]) {
+        if MOUNT_WRITE.with(Cell::get) {
+            return;
+        }
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        for w in ws.iter().filter(|w| !layout::is_internal_key(w.key)) {
+            p.insert((w.collection.to_string(), w.key.to_vec()));
+        }
+        if !p.is_empty() {
+            self.any.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The queued keys, if any (one atomic load when there are none).
+    pub fn take(&self) -> Option<BTreeSet<(String, Vec<u8>)>> {
+        if !self.any.load(Ordering::SeqCst) {
+            return None;
+        }
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        self.any.store(false, Ordering::SeqCst);
+        Some(std::mem::take(&mut *p))
+    }
+}
+
+/// What the kernel must forget after the tree changed under it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Forget {
+    /// A name appeared in a directory (a cached negative entry would hide it).
+    Entry { parent: u64, name: OsString },
+    /// A name went away from a directory.
+    Deleted {
+        parent: u64,
+        child: u64,
+        name: OsString,
+    },
+    /// An inode's attributes and cached pages.
+    Inode(u64),
+}
+
+/// A document as the engine has it now: its length, and the manifest when it is one.
+type Stored = Option<(u64, Option<Manifest>)>;
+
+impl State {
+    /// Takes in documents written through the engine API (see the module docs);
+    /// returns what the kernel must forget. Failures are logged and skip the key.
+    pub fn take_in(&mut self, keys: BTreeSet<(String, Vec<u8>)>) -> Vec<Forget> {
+        let mut out = Vec::new();
+        for (coll, key) in keys {
+            if let Err(Errno(e)) = self.take_in_one(&coll, &key, &mut out) {
+                eprintln!(
+                    "basalt-fusefs: cannot show {coll}/{} written through the engine API: {}",
+                    String::from_utf8_lossy(&key),
+                    std::io::Error::from_raw_os_error(e)
+                );
+            }
+        }
+        out
+    }
+
+    fn take_in_one(&mut self, coll: &str, key: &[u8], out: &mut Vec<Forget>) -> Result<(), Errno> {
+        // Collections created since the mount are loaded whole when first looked up.
+        let Some(&cid) = self.coll_by_name.get(coll) else {
+            return Ok(());
+        };
+        let Some(parts) = layout::split_path(key) else {
+            return Ok(()); // no path form: never shown (see `load`)
+        };
+        let root = self.colls[&cid].root;
+        let (dirs, leaf) = parts.split_at(parts.len() - 1);
+        let leaf = OsStr::from_bytes(leaf[0]).to_os_string();
+        let parent = self.find_dir(root, dirs);
+        let node = parent.and_then(|p| self.nodes[&p].children.get(&leaf).copied());
+        let stored = self.stored_document(coll, key)?;
+        match (stored, parent, node) {
+            (None, Some(parent), Some(ino)) if self.node(ino)?.kind == Kind::File => {
+                self.remove_external(parent, &leaf, ino, None, out)
+            }
+            (None, _, _) => Ok(()),
+            (Some((len, m)), _, None) => self.add_external(cid, root, dirs, leaf, len, m, out),
+            (Some((len, m)), Some(parent), Some(ino)) => {
+                let n = self.node(ino)?;
+                if n.kind != Kind::File {
+                    eprintln!(
+                        "basalt-fusefs: {coll}: document {:?} conflicts with a {:?}; not shown",
+                        String::from_utf8_lossy(key),
+                        n.kind
+                    );
+                    return Ok(());
+                }
+                if n.has_dirty_data() {
+                    // Unflushed writes win: the flush rewrites the document.
+                    self.node_mut(ino)?.docs_dirty = true;
+                    self.mark_dirty(ino);
+                    return Ok(());
+                }
+                if n.storage == Storage::Chunked && m.is_some_and(|m| m.fid == n.fid) {
+                    return Ok(()); // the file's own manifest
+                }
+                // A new file takes the name; the old inode loses it.
+                self.remove_external(parent, &leaf, ino, Some((coll, key)), out)?;
+                self.add_external(cid, root, dirs, leaf, len, m, out)
+            }
+            (Some(_), None, Some(_)) => unreachable!("a node has a parent"),
+        }
+    }
+
+    /// The directory at `dirs` below `root`, if every part exists and is a directory.
+    fn find_dir(&self, root: u64, dirs: &[&[u8]]) -> Option<u64> {
+        let mut cur = root;
+        for d in dirs {
+            cur = *self.nodes.get(&cur)?.children.get(OsStr::from_bytes(d))?;
+            if !self.nodes.get(&cur)?.is_dir() {
+                return None;
+            }
+        }
+        Some(cur)
+    }
+
+    fn stored_document(&self, coll: &str, key: &[u8]) -> Result<Stored, Errno> {
+        let err = |e: basalt_engine::Error| crate::state::engine_err(coll, key, &e);
+        let c = self.db.collection(coll).map_err(err)?;
+        let found = c
+            .scan(
+                std::ops::Bound::Included(key),
+                std::ops::Bound::Included(key),
+                basalt_engine::Direction::Forward,
+            )
+            .map_err(err)?
+            .keys_with_lens()
+            .next()
+            .transpose()
+            .map_err(err)?;
+        let Some((_, len)) = found else {
+            return Ok(None);
+        };
+        let manifest = if len == layout::MANIFEST_LEN as u64 {
+            c.get(key).map_err(err)?.and_then(|v| Manifest::decode(&v))
+        } else {
+            None
+        };
+        Ok(Some((len, manifest)))
+    }
+
+    /// Removes name `leaf` of `parent` (inode `ino`) as an unlink would; with `keep`,
+    /// the document at that key stays (a new file has taken the name).
+    fn remove_external(
+        &mut self,
+        parent: u64,
+        leaf: &OsStr,
+        ino: u64,
+        keep: Option<(&str, &[u8])>,
+        out: &mut Vec<Forget>,
+    ) -> Result<(), Errno> {
+        let mut b = Batch::default();
+        self.remove_entry(parent, leaf, Some(false), &mut b)?;
+        if let Some((coll, key)) = keep {
+            b.forget(coll, key);
+        }
+        let coll = self.coll_name(self.node(parent)?.coll)?.to_string();
+        own(|| b.commit(&self.db)).map_err(|e| crate::state::engine_err(&coll, b"", &e))?;
+        self.maybe_forget(ino);
+        out.push(Forget::Deleted {
+            parent,
+            child: ino,
+            name: leaf.to_os_string(),
+        });
+        out.push(Forget::Inode(ino));
+        Ok(())
+    }
+
+    /// Adds the file of a document at `dirs/leaf`, with the directories its path implies.
+    #[allow(clippy::too_many_arguments)]
+    fn add_external(
+        &mut self,
+        cid: u32,
+        root: u64,
+        dirs: &[&[u8]],
+        leaf: OsString,
+        len: u64,
+        m: Option<Manifest>,
+        out: &mut Vec<Forget>,
+    ) -> Result<(), Errno> {
+        // The first missing directory is the name that appears.
+        let mut cur = root;
+        for d in dirs {
+            let name = OsStr::from_bytes(d);
+            match self.nodes[&cur].children.get(name) {
+                Some(&i) => cur = i,
+                None => {
+                    out.push(Forget::Entry {
+                        parent: cur,
+                        name: name.to_os_string(),
+                    });
+                    out.push(Forget::Inode(cur));
+                    break;
+                }
+            }
+        }
+        let now = SystemTime::now();
+        let Some(parent) = ensure_dirs(self, cid, root, dirs, now) else {
+            return Ok(()); // a file is in the way: not shown, as at mount
+        };
+        let ino = self.alloc_ino();
+        let stored = m.and_then(|m| Some((m.fid, self.stored_inode(cid, m.fid)?)));
+        let node = match stored {
+            // Written with `write_document` (a manifest, its inode record and chunks).
+            Some((fid, rec)) => {
+                self.claim_fid(cid, fid);
+                Node::from_record(ino, cid, fid, &rec)
+            }
+            None => {
+                let fid = self.alloc_fid(cid);
+                let mut n = Node::new(ino, cid, fid, Kind::File, 0o644, now);
+                n.size = len;
+                n.has_doc = true;
+                n
+            }
+        };
+        self.nodes.insert(ino, node);
+        link_child(self, parent, leaf.clone(), ino);
+        out.push(Forget::Entry { parent, name: leaf });
+        out.push(Forget::Inode(parent));
+        Ok(())
+    }
+
+    /// Makes `fid` of collection `cid` free for a stored inode: later files get higher
+    /// ids, and a node of the tree holding it without records (a directory implied
+    /// by a path, a file of a document without metadata: ids handed out in memory,
+    /// which `write_document`, reading the stored ids, does not see) takes a new one.
+    fn claim_fid(&mut self, cid: u32, fid: u64) {
+        if let Some(c) = self.colls.get_mut(&cid) {
+            c.next_fid = c.next_fid.max(fid + 1);
+        }
+        let holder = self.nodes.values().find(|n| n.coll == cid && n.fid == fid);
+        if let Some(ino) = holder.map(|n| n.ino) {
+            let new = self.alloc_fid(cid);
+            if let Some(n) = self.nodes.get_mut(&ino) {
+                n.fid = new;
+            }
+        }
+    }
+
+    /// The inode record of file `fid` in collection `cid`, if it is a regular file
+    /// that no stored node of the tree has.
+    fn stored_inode(&self, cid: u32, fid: u64) -> Option<layout::InodeRecord> {
+        if self
+            .nodes
+            .values()
+            .any(|n| n.coll == cid && n.fid == fid && n.persisted)
+        {
+            return None;
+        }
+        let coll = self.coll_name(cid).ok()?;
+        let v = self.db.get(coll, &layout::inode_key(fid)).ok()??;
+        layout::InodeRecord::decode(&v).filter(|r| r.kind == Kind::File)
+    }
+}

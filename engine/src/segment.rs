@@ -311,22 +311,44 @@ pub struct ScanEnd {
     pub stopped_at: u64,
 }
 
+/// Bytes of the blocks of an unfinished write batch that a scan keeps in memory until
+/// the batch's last block is found; blocks past this are read again then. A batch
+/// may be as large as a user makes it (all its blocks go into one segment), and
+/// recovery must not need that much memory.
+pub const HELD_BATCH_BYTES: usize = 8 << 20;
+
 /// Scans blocks from `start` (checksums seeded with `seed`), calling `f` for each
 /// valid block (offset, header, raw block bytes). Stops at the first invalid block: zeros, bad checksum, a torn write,
 /// or a non-zero byte in the padding after a block flagged [`crate::block::FLAG_PAD`].
-/// Blocks of a batch whose last block is missing are not reported as committed.
+/// Blocks of a batch whose last block is missing are not reported as committed; a
+/// batch's blocks go to `f` once its last block is verified (the first
+/// [`HELD_BATCH_BYTES`] from memory, the rest read and verified again).
 pub fn scan_blocks(
     file: &DataFile,
     start: u64,
     limit: Option<u64>,
     seed: u32,
+    f: impl FnMut(u64, &BlockHeader, &[u8]) -> Result<()>,
+) -> Result<ScanEnd> {
+    scan_blocks_holding(file, start, limit, seed, HELD_BATCH_BYTES, f)
+}
+
+/// [`scan_blocks`] keeping at most `held` bytes of an unfinished batch in memory.
+fn scan_blocks_holding(
+    file: &DataFile,
+    start: u64,
+    limit: Option<u64>,
+    seed: u32,
+    held: usize,
     mut f: impl FnMut(u64, &BlockHeader, &[u8]) -> Result<()>,
 ) -> Result<ScanEnd> {
     const CHUNK: usize = 1 << 20;
     let file_len = file.len()?;
     let limit = limit.unwrap_or(file_len).min(file_len);
     let mut blocks = Vec::new();
-    let mut pending: Vec<(u64, BlockHeader, Vec<u8>)> = Vec::new();
+    // Blocks of the batch being scanned; `None`: not held, read again at its end.
+    let mut pending: Vec<(u64, BlockHeader, Option<Vec<u8>>)> = Vec::new();
+    let mut pending_bytes = 0usize;
     let mut committed_end = start;
     let mut off = start;
     let mut stop_reason = None;
@@ -373,7 +395,8 @@ pub fn scan_blocks(
             stop_reason = Some(format!("{m} in the block at offset {off}"));
             break;
         }
-        let block = bytes.to_vec();
+        let block = (pending_bytes + len <= held).then(|| bytes.to_vec());
+        pending_bytes += block.as_ref().map_or(0, Vec::len);
         let mut next = off + len as u64;
         if h.flags & crate::block::FLAG_PAD != 0 {
             let pad_end = align_up(next, PAGE as u64).min(limit);
@@ -394,8 +417,20 @@ pub fn scan_blocks(
         pending.push((off, h, block));
         off = next;
         if h.flags & crate::block::FLAG_CONTINUES == 0 {
+            pending_bytes = 0;
             for (o, hh, b) in pending.drain(..) {
-                f(o, &hh, &b)?;
+                match b {
+                    Some(b) => f(o, &hh, &b)?,
+                    None => {
+                        let len = hh.disk_len();
+                        let (buf, skip) = file.read_range(o, len)?;
+                        let bytes = &buf[skip..skip + len];
+                        crate::block::verify(bytes, o, seed).map_err(|m| {
+                            Error::corruption(file.path(), o, format!("{m} when read again"))
+                        })?;
+                        f(o, &hh, bytes)?
+                    }
+                }
                 blocks.push(BlockInfo {
                     off: o,
                     len: hh.disk_len() as u32,
@@ -455,6 +490,91 @@ mod tests {
             c[bit / 8] ^= 1 << (bit % 8);
             assert!(decode_footer(&c, Path::new("s"), 0).is_err(), "bit {bit}");
         }
+    }
+
+    /// Every block `scan_blocks_holding` hands on, with its bytes, and the scan's end.
+    fn scan_all(file: &DataFile, seed: u32, held: usize) -> (Vec<(u64, Vec<u8>)>, ScanEnd) {
+        let mut got = Vec::new();
+        let end = scan_blocks_holding(file, DATA_START, None, seed, held, |off, _, b| {
+            got.push((off, b.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+        (got, end)
+    }
+
+    /// Blocks of a write batch past the held bound are read again at the batch's end:
+    /// the scan hands on the same blocks with the same bytes whatever the bound, and an
+    /// unfinished batch larger than the bound is still not committed.
+    #[test]
+    fn blocks_of_a_batch_past_the_held_bytes_are_read_again() {
+        use crate::{Db, Durability, Options, WriteBatch};
+        use rand::{RngCore, SeedableRng};
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options {
+            direct_io: false,
+            block_size: 4096,
+            segment_size: 8 << 20,
+            durability: Durability::NoSync,
+            background_gc: false,
+            ..Options::default()
+        };
+        let db = Db::open(dir.path(), opts).unwrap();
+        let c = db.create_collection("c").unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        c.put(b"before", b"1").unwrap();
+        let mut b = WriteBatch::new();
+        for i in 0..40u32 {
+            let mut v = vec![0u8; 20_000];
+            rng.fill_bytes(&mut v);
+            b.put("c", &i.to_be_bytes(), &v);
+        }
+        db.write(&b).unwrap();
+        c.put(b"after", b"2").unwrap();
+        let seg = db.inner.segments.read().values().next().unwrap().clone();
+        let (path, seed) = (seg.file.path().to_path_buf(), seg.seed());
+        db.sync().unwrap();
+        let counters = std::sync::Arc::new(crate::io::IoCounters::default());
+        let file =
+            DataFile::open_read(&path, crate::io::IoMode::Buffered, counters.clone()).unwrap();
+
+        let (all, end) = scan_all(&file, seed, usize::MAX);
+        let batch: Vec<u64> = end
+            .blocks
+            .iter()
+            .filter(|b| b.flags & crate::block::FLAG_CONTINUES != 0)
+            .map(|b| b.off)
+            .collect();
+        assert!(batch.len() >= 10, "the batch spans many blocks: {batch:?}");
+        for held in [0, 64 << 10] {
+            let (got, e) = scan_all(&file, seed, held);
+            assert_eq!(got, all, "held {held}");
+            assert_eq!(
+                (e.blocks, e.committed_end, e.stop_reason),
+                (
+                    end.blocks.clone(),
+                    end.committed_end,
+                    end.stop_reason.clone()
+                )
+            );
+        }
+
+        // Cut in the middle of the batch: its blocks are never handed on.
+        let cut_at = batch[batch.len() / 2];
+        let cut = dir.path().join("cut.log");
+        std::fs::copy(&path, &cut).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&cut)
+            .unwrap()
+            .set_len(cut_at)
+            .unwrap();
+        let cut = DataFile::open_read(&cut, crate::io::IoMode::Buffered, counters).unwrap();
+        let (got, e) = scan_all(&cut, seed, 0);
+        assert_eq!(e.committed_end, batch[0]);
+        assert!(got.iter().all(|(off, _)| *off < batch[0]));
+        assert!(e.stop_reason.unwrap().contains("incomplete write batch"));
+        drop(db);
     }
 
     proptest! {

@@ -156,3 +156,34 @@ fn null_mount_gets_the_requests_of_the_basalt_mount() {
     }
     assert!(null["create"] >= 300 && null["unlink"] >= 300, "{null:?}");
 }
+
+/// The `files` benchmark refuses malformed numbers (exit 2 with its usage), and stops
+/// with an error, not a panic, when its stdout is closed before it is done.
+#[test]
+fn files_bench_rejects_bad_flags_and_survives_a_closed_stdout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = || Command::new(env!("CARGO_BIN_EXE_basalt-fusefs-dev"));
+    for bad in [["--count", "abc"], ["--threads", "0"], ["--size", "-1"]] {
+        let out = dev()
+            .args(["files", "--dir"])
+            .arg(tmp.path())
+            .args(bad)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("usage:"));
+    }
+    let mut child = dev()
+        .args(["files", "--count", "50", "--threads", "1", "--dir"])
+        .arg(tmp.path().join("f"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("stdout: Broken pipe"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

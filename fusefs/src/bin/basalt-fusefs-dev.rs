@@ -250,23 +250,41 @@ fn churn(mut args: impl Iterator<Item = String>) -> ExitCode {
         eprintln!("churn {id}: {e}");
         return ExitCode::FAILURE;
     }
-    for (p, d) in &model {
-        println!("{p}\t{}\t{:016x}", d.len(), fnv1a(d));
+    let lines = model
+        .iter()
+        .map(|(p, d)| format!("{p}\t{}\t{:016x}", d.len(), fnv1a(d)));
+    if lines.into_iter().all(say) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
-    ExitCode::SUCCESS
+}
+
+/// Writes `line` to stdout; false (with a note on stderr) when stdout is closed or
+/// failing, e.g. a reader such as `head` went away.
+fn say(line: String) -> bool {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{line}").and_then(|()| out.flush()) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("basalt-fusefs-dev: stdout: {e}");
+            false
+        }
+    }
 }
 
 fn files_bench(mut args: impl Iterator<Item = String>) -> ExitCode {
     let (mut dir, mut count, mut threads, mut size) = (None, 100_000usize, 8usize, 4096usize);
     let mut daemon: Option<u32> = None;
     while let Some(a) = args.next() {
-        let v = args.next();
-        match (a.as_str(), v) {
-            ("--dir", Some(v)) => dir = Some(PathBuf::from(v)),
-            ("--count", Some(v)) => count = v.parse().unwrap_or(count),
-            ("--threads", Some(v)) => threads = v.parse().unwrap_or(threads).max(1),
-            ("--size", Some(v)) => size = v.parse().unwrap_or(size),
-            ("--daemon", Some(v)) => daemon = v.parse().ok(),
+        let v = args.next().unwrap_or_default();
+        match (a.as_str(), v.parse::<usize>().ok()) {
+            ("--dir", _) if !v.is_empty() => dir = Some(PathBuf::from(v)),
+            ("--count", Some(n)) if n > 0 => count = n,
+            ("--threads", Some(n)) if n > 0 => threads = n,
+            ("--size", Some(n)) => size = n,
+            ("--daemon", Some(n)) => daemon = u32::try_from(n).ok(),
             _ => return usage(),
         }
     }
@@ -305,8 +323,8 @@ fn files_bench(mut args: impl Iterator<Item = String>) -> ExitCode {
         if let (Some(a), Some(b)) = (cpu0.1, daemon.and_then(proc_cpu_us)) {
             cpu += &format!("\tdaemon_cpu_us/file {:.1}", (b - a) / n);
         }
-        println!("{name}\t{:.0}\tfiles/s{cpu}", n / secs);
-        !failed.load(std::sync::atomic::Ordering::SeqCst)
+        say(format!("{name}\t{:.0}\tfiles/s{cpu}", n / secs))
+            && !failed.load(std::sync::atomic::Ordering::SeqCst)
     };
     let ok = phase("create", &|p| std::fs::write(p, &data))
         && phase("stat", &|p| std::fs::metadata(p).map(|_| ()))

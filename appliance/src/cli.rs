@@ -247,7 +247,7 @@ pub struct DumpArgs {
     /// Collection to export; repeatable (default: all).
     #[arg(long, short = 'c', value_name = "NAME")]
     pub collection: Vec<String>,
-    /// Output file (default: stdout).
+    /// Output file (default, or `-`: stdout).
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
 }
@@ -258,7 +258,7 @@ pub struct LoadArgs {
     pub data: DataArg,
     #[command(flatten)]
     pub engine: EngineConfigArg,
-    /// Input file written by `basalt dump` (default: stdin).
+    /// Input file written by `basalt dump` (default, or `-`: stdin).
     #[arg(value_name = "FILE")]
     pub input: Option<PathBuf>,
 }

@@ -342,6 +342,11 @@ fn dump_and_load_round_trip_every_collection() {
     let o = basalt(&["dump", "--data", &dir_arg(&src), "-c", "bin"]);
     expect_code(&o, 0);
     assert_eq!(stdout(&o).lines().count(), 1 + 1 + 50 + 1);
+    // `-o -` is stdout too (it used to create a file named "-").
+    let dash = basalt(&["dump", "--data", &dir_arg(&src), "-c", "bin", "-o", "-"]);
+    expect_code(&dash, 0);
+    assert_eq!(stdout(&dash), stdout(&o));
+    assert!(!Path::new("-").exists());
     let o = basalt(&["dump", "--data", &dir_arg(&src), "-c", "nope"]);
     expect_code(&o, 1);
     // To a device, which cannot be synced (timing a dump, or a FIFO).

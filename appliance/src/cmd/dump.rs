@@ -4,10 +4,16 @@ use crate::cli::{DumpArgs, LoadArgs};
 use crate::{dump, store};
 use anyhow::{Context, Result};
 use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// A file argument, `None` for `-` (standard input or output, as the convention goes).
+fn named(p: &Option<PathBuf>) -> Option<&Path> {
+    p.as_deref().filter(|p| *p != Path::new("-"))
+}
 
 pub fn run_dump(args: &DumpArgs, out: &mut dyn Write) -> Result<i32> {
     let db = store::open(&args.data.data, store::offline_options())?;
-    let n = match &args.output {
+    let n = match named(&args.output) {
         Some(p) => {
             let f =
                 std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
@@ -36,7 +42,7 @@ pub fn run_load(args: &LoadArgs, out: &mut dyn Write) -> Result<i32> {
         create_if_missing: true,
         ..store::configured_offline_options(&args.engine, &args.data.data)?
     };
-    let mut input: Box<dyn BufRead> = match &args.input {
+    let mut input: Box<dyn BufRead> = match named(&args.input) {
         Some(p) => Box::new(BufReader::new(
             std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?,
         )),

@@ -127,16 +127,17 @@ impl State {
         let root = self.colls[&cid].root;
         let (dirs, leaf) = parts.split_at(parts.len() - 1);
         let leaf = OsStr::from_bytes(leaf[0]).to_os_string();
-        let parent = self.find_dir(root, dirs);
-        let node = parent.and_then(|p| self.nodes[&p].children.get(&leaf).copied());
-        let stored = self.stored_document(coll, key)?;
-        match (stored, parent, node) {
-            (None, Some(parent), Some(ino)) if self.node(ino)?.kind == Kind::File => {
+        // The node at the path now, with its directory.
+        let at = self
+            .find_dir(root, dirs)
+            .and_then(|p| Some((p, *self.nodes[&p].children.get(&leaf)?)));
+        match (self.stored_document(coll, key)?, at) {
+            (None, Some((parent, ino))) if self.node(ino)?.kind == Kind::File => {
                 self.remove_external(parent, &leaf, ino, None, out)
             }
-            (None, _, _) => Ok(()),
-            (Some((len, m)), _, None) => self.add_external(cid, root, dirs, leaf, len, m, out),
-            (Some((len, m)), Some(parent), Some(ino)) => {
+            (None, _) => Ok(()),
+            (Some((len, m)), None) => self.add_external(cid, root, dirs, leaf, len, m, out),
+            (Some((len, m)), Some((parent, ino))) => {
                 let n = self.node(ino)?;
                 if n.kind != Kind::File {
                     eprintln!(
@@ -159,7 +160,6 @@ impl State {
                 self.remove_external(parent, &leaf, ino, Some((coll, key)), out)?;
                 self.add_external(cid, root, dirs, leaf, len, m, out)
             }
-            (Some(_), None, Some(_)) => unreachable!("a node has a parent"),
         }
     }
 

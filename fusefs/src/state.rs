@@ -409,9 +409,10 @@ impl State {
 
     /// Whether collection `coll` holds any document in the engine. Its directory can
     /// look empty while it does: documents whose keys are no paths (binary keys such
-    /// as the health history's in `.monitoring`) are not shown, and documents written
-    /// through the engine API while mounted appear only after a remount. Dropping such
-    /// a collection for an `rmdir` would delete data the user never saw.
+    /// as the health history's in `.monitoring`) are not shown, nor are documents
+    /// written through the engine API whose paths a directory or special file holds
+    /// (or not taken in yet). Dropping such a collection for an `rmdir` would delete
+    /// data the user never saw.
     pub fn holds_documents(&self, coll: &str) -> Result<bool, Errno> {
         let first = self
             .db

@@ -335,6 +335,35 @@ fn engine_api_writes_while_mounted_are_files_at_once() {
     assert_eq!(doc(&db, "live", "a/big.bin"), b"small now");
 }
 
+/// A file with writes the mount has not flushed yet keeps them over a document
+/// written through the engine API meanwhile: its flush rewrites the document, as if the
+/// engine write had come first (the mount and the engine agree after the unmount).
+#[test]
+fn unflushed_writes_win_over_an_engine_write_taken_in_meanwhile() {
+    require_fuse!();
+    let (_tmp, data, mp) = data_and_mountpoint();
+    let db = open_db(&data);
+    let mut config = cfg(&mp);
+    config.options = vec!["flush_interval_ms=600000".into()];
+    let h = mount(db.clone(), config).unwrap();
+    std::fs::create_dir(mp.join("c")).unwrap();
+    let path = mp.join("c/w.bin");
+    std::fs::write(&path, b"first").unwrap();
+    // O_DIRECT: the write reaches the mount now, not at the page cache's writeback.
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+        .unwrap();
+    f.write_all_at(b"mount", 0).unwrap();
+    db.put("c", b"w.bin", b"from the engine").unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 5);
+    drop(f);
+    assert_eq!(std::fs::read(&path).unwrap(), b"mount");
+    h.unmount().unwrap();
+    assert_eq!(db.get("c", b"w.bin").unwrap().unwrap(), b"mount");
+}
+
 #[test]
 fn unlinked_open_file_lives_until_close() {
     require_fuse!();

@@ -27,7 +27,7 @@ use std::time::SystemTime;
 use basalt_engine::{WriteObserver, Written};
 
 use crate::layout::{self, Kind, Manifest, Storage};
-use crate::load::{ensure_dirs, link_child};
+use crate::load::{ensure_dirs_noting, link_child};
 use crate::state::{Batch, Errno, Node, State};
 
 thread_local! {
@@ -239,40 +239,23 @@ impl State {
         m: Option<Manifest>,
         out: &mut Vec<Forget>,
     ) -> Result<(), Errno> {
-        // The first missing directory is the name that appears.
-        let mut cur = root;
-        for d in dirs {
-            let name = OsStr::from_bytes(d);
-            match self.nodes[&cur].children.get(name) {
-                Some(&i) => cur = i,
-                None => {
-                    out.push(Forget::Entry {
-                        parent: cur,
-                        name: name.to_os_string(),
-                    });
-                    out.push(Forget::Inode(cur));
-                    break;
-                }
-            }
-        }
         let now = SystemTime::now();
-        let Some(parent) = ensure_dirs(self, cid, root, dirs, now) else {
+        let Some((parent, first_new)) = ensure_dirs_noting(self, cid, root, dirs, now) else {
             return Ok(()); // a file is in the way: not shown, as at mount
         };
+        // The first directory created is the name that appears to the kernel.
+        if let Some((dir, name)) = first_new {
+            out.push(Forget::Entry { parent: dir, name });
+            out.push(Forget::Inode(dir));
+        }
         let ino = self.alloc_ino();
-        let stored = m.and_then(|m| Some((m.fid, self.stored_inode(cid, m.fid)?)));
+        let stored = m.and_then(|m| Some((m.fid, self.take_stored_inode(cid, m.fid)?)));
         let node = match stored {
             // Written with `write_document` (a manifest, its inode record and chunks).
-            Some((fid, rec)) => {
-                self.claim_fid(cid, fid);
-                Node::from_record(ino, cid, fid, &rec)
-            }
+            Some((fid, rec)) => Node::from_record(ino, cid, fid, &rec),
             None => {
                 let fid = self.alloc_fid(cid);
-                let mut n = Node::new(ino, cid, fid, Kind::File, 0o644, now);
-                n.size = len;
-                n.has_doc = true;
-                n
+                Node::for_document(ino, cid, fid, len, now)
             }
         };
         self.nodes.insert(ino, node);
@@ -282,35 +265,29 @@ impl State {
         Ok(())
     }
 
-    /// Makes `fid` of collection `cid` free for a stored inode: later files get higher
-    /// ids, and a node of the tree holding it without records (a directory implied
-    /// by a path, a file of a document without metadata: ids handed out in memory,
-    /// which `write_document`, reading the stored ids, does not see) takes a new one.
-    fn claim_fid(&mut self, cid: u32, fid: u64) {
+    /// The stored inode record of regular file `fid` in collection `cid`, unless a
+    /// stored node of the tree has that id; `fid` is then the new file's: later files
+    /// get higher ids, and a node holding it without records (a directory implied by
+    /// a path, a file of a document without metadata: ids handed out in memory, which
+    /// `write_document`, reading the stored ids, does not see) takes a new one.
+    fn take_stored_inode(&mut self, cid: u32, fid: u64) -> Option<layout::InodeRecord> {
+        let holder = self.nodes.values().find(|n| n.coll == cid && n.fid == fid);
+        let holder = match holder {
+            Some(n) if n.persisted => return None,
+            h => h.map(|n| n.ino),
+        };
+        let coll = self.coll_name(cid).ok()?;
+        let v = self.db.get(coll, &layout::inode_key(fid)).ok()??;
+        let rec = layout::InodeRecord::decode(&v).filter(|r| r.kind == Kind::File)?;
         if let Some(c) = self.colls.get_mut(&cid) {
             c.next_fid = c.next_fid.max(fid + 1);
         }
-        let holder = self.nodes.values().find(|n| n.coll == cid && n.fid == fid);
-        if let Some(ino) = holder.map(|n| n.ino) {
+        if let Some(ino) = holder {
             let new = self.alloc_fid(cid);
             if let Some(n) = self.nodes.get_mut(&ino) {
                 n.fid = new;
             }
         }
-    }
-
-    /// The inode record of file `fid` in collection `cid`, if it is a regular file
-    /// that no stored node of the tree has.
-    fn stored_inode(&self, cid: u32, fid: u64) -> Option<layout::InodeRecord> {
-        if self
-            .nodes
-            .values()
-            .any(|n| n.coll == cid && n.fid == fid && n.persisted)
-        {
-            return None;
-        }
-        let coll = self.coll_name(cid).ok()?;
-        let v = self.db.get(coll, &layout::inode_key(fid)).ok()??;
-        layout::InodeRecord::decode(&v).filter(|r| r.kind == Kind::File)
+        Some(rec)
     }
 }

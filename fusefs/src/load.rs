@@ -294,11 +294,8 @@ pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine:
             _ => {
                 let ino = st.alloc_ino();
                 let fid = st.alloc_fid(coll_id);
-                let mut n = Node::new(ino, coll_id, fid, Kind::File, 0o644, now);
-                n.size = len;
-                n.nlink = 0;
-                n.has_doc = true;
-                st.nodes.insert(ino, n);
+                st.nodes
+                    .insert(ino, Node::for_document(ino, coll_id, fid, len, now));
                 ino
             }
         };
@@ -372,13 +369,26 @@ pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine:
 }
 
 /// Makes sure the directories of `parts` exist under `root`; returns the last one.
-pub(crate) fn ensure_dirs(
+fn ensure_dirs(
     st: &mut State,
     coll: u32,
     root: u64,
     parts: &[&[u8]],
     now: SystemTime,
 ) -> Option<u64> {
+    ensure_dirs_noting(st, coll, root, parts, now).map(|(dir, _)| dir)
+}
+
+/// [`ensure_dirs`], also returning where the first directory it created went (its
+/// parent and name), if it created one.
+pub(crate) fn ensure_dirs_noting(
+    st: &mut State,
+    coll: u32,
+    root: u64,
+    parts: &[&[u8]],
+    now: SystemTime,
+) -> Option<(u64, Option<(u64, OsString)>)> {
+    let mut first_new = None;
     let mut cur = root;
     for p in parts {
         let name = OsStr::from_bytes(p);
@@ -396,11 +406,12 @@ pub(crate) fn ensure_dirs(
                 n.nlink = 2;
                 st.nodes.insert(ino, n);
                 link_child(st, cur, name.to_os_string(), ino);
+                first_new.get_or_insert_with(|| (cur, name.to_os_string()));
                 cur = ino;
             }
         }
     }
-    Some(cur)
+    Some((cur, first_new))
 }
 
 /// Adds entry `name` -> `ino` to directory `parent` and updates link counts.

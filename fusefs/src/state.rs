@@ -181,6 +181,15 @@ impl Node {
         }
     }
 
+    /// The file of a document written through the engine API without metadata: mode
+    /// 0644, owned by root, inline, its length the document's.
+    pub fn for_document(ino: u64, coll: u32, fid: u64, len: u64, now: SystemTime) -> Node {
+        let mut n = Node::new(ino, coll, fid, Kind::File, 0o644, now);
+        n.size = len;
+        n.has_doc = true;
+        n
+    }
+
     pub fn from_record(ino: u64, coll: u32, fid: u64, r: &InodeRecord) -> Node {
         let mut n = Node::new(ino, coll, fid, r.kind, r.perm, r.mtime);
         n.uid = r.uid;

@@ -242,8 +242,11 @@ pub(crate) fn max_fid(coll: &basalt_engine::Collection) -> Result<u64, basalt_en
 /// layout the mount uses: one record up to the default chunk size, a manifest plus
 /// chunks beyond. Replaces an existing document. A mount of the same engine in this
 /// process shows the result at once; but the file's inode id is the highest stored one
-/// plus one, so a file the mount creates in the same collection at the same moment
-/// may take the same id: do not race it with creates through the mount.
+/// plus one, and the mount hands out ids in memory before it stores them (files it
+/// creates; directories and files of documents it took in without metadata, stored
+/// at their first change, e.g. an atime). Such an id stored while this runs is taken
+/// twice, and the two files' records collide: while the collection is mounted, use it
+/// only when the mount is not creating or changing files in that collection.
 pub fn write_document(
     db: &Db,
     collection: &str,

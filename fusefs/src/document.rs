@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use basalt_engine::{Db, Direction, WriteBatch};
 
+use crate::fids::Fids;
 use crate::layout::{self, InodeRecord, Kind, Manifest, Storage};
 use crate::FsError;
 
@@ -241,12 +242,8 @@ pub(crate) fn max_fid(coll: &basalt_engine::Collection) -> Result<u64, basalt_en
 /// Writes `data` as the document `key` of `collection` (created when missing), in the
 /// layout the mount uses: one record up to the default chunk size, a manifest plus
 /// chunks beyond. Replaces an existing document. A mount of the same engine in this
-/// process shows the result at once; but the file's inode id is the highest stored one
-/// plus one, and the mount hands out ids in memory before it stores them (files it
-/// creates; directories and files of documents it took in without metadata, stored
-/// at their first change, e.g. an atime). Such an id stored while this runs is taken
-/// twice, and the two files' records collide: while the collection is mounted, use it
-/// only when the mount is not creating or changing files in that collection.
+/// process shows the result at once; a large document's inode id comes from the
+/// allocator that mount uses, so it is no file's the mount holds.
 pub fn write_document(
     db: &Db,
     collection: &str,
@@ -294,7 +291,11 @@ pub fn write_document(
         db.write(&batch).map_err(|e| FsError::engine(what(), e))?;
         return Ok(());
     }
-    let fid = max_fid(&coll).map_err(|e| FsError::engine(what(), e))? + 1;
+    // The allocator first: held, it keeps the ids a live mount or another call handed
+    // out; the stored ones are read after, so none stored meanwhile is missed.
+    let fids = Fids::of(db);
+    let stored = max_fid(&coll).map_err(|e| FsError::engine(what(), e))?;
+    let fid = fids.take(coll.id(), stored + 1);
     let mut size = 0u64;
     let mut idx = 0u64;
     let mut pending = first;

@@ -19,6 +19,9 @@ pub enum FsError {
         #[source]
         source: std::io::Error,
     },
+    /// The engine is mounted already by this process.
+    #[error("the engine at {0} is already mounted by this process")]
+    AlreadyMounted(PathBuf),
     /// Unmounting failed.
     #[error("cannot unmount {mountpoint}: {detail}")]
     Unmount { mountpoint: PathBuf, detail: String },

@@ -20,7 +20,7 @@ use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -31,23 +31,38 @@ use crate::load::{ensure_dirs_noting, link_child};
 use crate::state::{Batch, Errno, Node, State};
 
 thread_local! {
-    /// Set while this thread commits a write of the mount itself.
-    static MOUNT_WRITE: Cell<bool> = const { Cell::new(false) };
+    /// The mount (its [`External::id`]) whose write this thread commits, 0 for none.
+    static MOUNT_WRITE: Cell<u64> = const { Cell::new(0) };
 }
 
-/// Runs `f`, a write of the mount's own, so that the observer ignores it.
-pub fn own<T>(f: impl FnOnce() -> T) -> T {
-    let was = MOUNT_WRITE.with(|c| c.replace(true));
+/// Ids of mounts in this process (0 is none).
+static NEXT_MOUNT: AtomicU64 = AtomicU64::new(1);
+
+/// Runs `f`, a write of mount `mount`'s own, so that its observer ignores it (and
+/// another mount of the engine in this process takes it in).
+pub fn own<T>(mount: u64, f: impl FnOnce() -> T) -> T {
+    let was = MOUNT_WRITE.with(|c| c.replace(mount));
     let r = f();
     MOUNT_WRITE.with(|c| c.set(was));
     r
 }
 
-/// Keys (collection, document key) written from outside the mount, not taken in yet.
-#[derive(Default)]
+/// Keys (collection, document key) written from outside one mount, not taken in yet.
 pub struct External {
+    /// The mount's id, as its commits are marked with [`own`].
+    pub id: u64,
     pending: Mutex<BTreeSet<(String, Vec<u8>)>>,
     any: AtomicBool,
+}
+
+impl Default for External {
+    fn default() -> Self {
+        External {
+            id: NEXT_MOUNT.fetch_add(1, Ordering::Relaxed),
+            pending: Mutex::default(),
+            any: AtomicBool::default(),
+        }
+    }
 }
 
 impl External {
@@ -58,7 +73,7 @@ impl External {
     }
 
     fn heard(&self, ws: &[Written<'_>]) {
-        if MOUNT_WRITE.with(Cell::get) {
+        if MOUNT_WRITE.with(Cell::get) == self.id {
             return;
         }
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
@@ -216,7 +231,8 @@ impl State {
             b.forget(coll, key);
         }
         let coll = self.coll_name(self.node(parent)?.coll)?.to_string();
-        own(|| b.commit(&self.db)).map_err(|e| crate::state::engine_err(&coll, b"", &e))?;
+        b.commit(self)
+            .map_err(|e| crate::state::engine_err(&coll, b"", &e))?;
         self.maybe_forget(ino);
         out.push(Forget::Deleted {
             parent,
@@ -266,28 +282,17 @@ impl State {
     }
 
     /// The stored inode record of regular file `fid` in collection `cid`, unless a
-    /// stored node of the tree has that id; `fid` is then the new file's: later files
-    /// get higher ids, and a node holding it without records (a directory implied by
-    /// a path, a file of a document without metadata: ids handed out in memory, which
-    /// `write_document`, reading the stored ids, does not see) takes a new one.
+    /// node of the tree has that id. `write_document` takes ids from the allocator the
+    /// mount uses, so a new document's id is no node's; an id a node holds is a
+    /// manifest not written by either, and the document gets a file of its own.
     fn take_stored_inode(&mut self, cid: u32, fid: u64) -> Option<layout::InodeRecord> {
-        let holder = self.nodes.values().find(|n| n.coll == cid && n.fid == fid);
-        let holder = match holder {
-            Some(n) if n.persisted => return None,
-            h => h.map(|n| n.ino),
-        };
-        let coll = self.coll_name(cid).ok()?;
-        let v = self.db.get(coll, &layout::inode_key(fid)).ok()??;
+        if self.nodes.values().any(|n| n.coll == cid && n.fid == fid) {
+            return None;
+        }
+        let c = self.colls.get(&cid)?;
+        let v = self.db.get(&c.name, &layout::inode_key(fid)).ok()??;
         let rec = layout::InodeRecord::decode(&v).filter(|r| r.kind == Kind::File)?;
-        if let Some(c) = self.colls.get_mut(&cid) {
-            c.next_fid = c.next_fid.max(fid + 1);
-        }
-        if let Some(ino) = holder {
-            let new = self.alloc_fid(cid);
-            if let Some(n) = self.nodes.get_mut(&ino) {
-                n.fid = new;
-            }
-        }
+        self.fids.reserve_below(c.engine_id, fid + 1);
         Some(rec)
     }
 }

@@ -149,7 +149,7 @@ impl State {
             self.put_inode(&mut b, parent, false)
         })();
         let res = built.and_then(|_| {
-            b.commit(&self.db)
+            b.commit(self)
                 .map_err(|err| engine_err(&coll_name, &path, &err))
         });
         if let Err(err) = res {
@@ -229,7 +229,7 @@ impl State {
         let mut b = Batch::default();
         let coll = self.coll_name(self.node(parent)?.coll)?.to_string();
         let ino = self.remove_entry(parent, name, Some(dir), &mut b)?;
-        b.commit(&self.db)
+        b.commit(self)
             .map_err(|err| engine_err(&coll, name.as_bytes(), &err))?;
         self.mark_chain_persisted(parent);
         self.maybe_forget(ino);
@@ -280,7 +280,7 @@ impl State {
         self.put_inode(&mut b, ino, false)?;
         self.persist_dir_chain(&mut b, newparent)?;
         self.put_inode(&mut b, newparent, false)?;
-        if let Err(err) = b.commit(&self.db) {
+        if let Err(err) = b.commit(self) {
             unlink_child(self, newparent, newname);
             return Err(engine_err(&coll, &path, &err));
         }
@@ -404,7 +404,7 @@ impl State {
         self.persist_dir_chain(&mut b, newparent)?;
         self.put_inode(&mut b, parent, false)?;
         self.put_inode(&mut b, newparent, false)?;
-        if let Err(err) = b.commit(&self.db) {
+        if let Err(err) = b.commit(self) {
             // Undo the in-memory move; the engine has not changed.
             unlink_child(self, newparent, newname);
             link_child(self, parent, name.to_os_string(), src);

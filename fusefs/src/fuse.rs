@@ -516,7 +516,7 @@ impl BasaltFs {
         n.meta_dirty = true;
         let mut b = crate::state::Batch::default();
         st.put_inode(&mut b, root, true)?;
-        b.commit(&st.db)
+        b.commit(st)
             .map_err(|e| crate::state::engine_err(s, b"", &e))?;
         let now = SystemTime::now();
         let r = st.node_mut(ROOT_INO)?;
@@ -822,7 +822,7 @@ impl BasaltFs {
             let mut b = crate::state::Batch::default();
             st.purge_inode(ino, &mut b)?;
             let coll = st.coll_name(st.node(ino)?.coll)?.to_string();
-            b.commit(&st.db)
+            b.commit(&st)
                 .map_err(|e| crate::state::engine_err(&coll, b"(unlinked file)", &e))?;
             st.dirty_nodes.remove(&ino);
             if let Some(n) = st.nodes.get_mut(&ino) {

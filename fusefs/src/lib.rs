@@ -5,6 +5,7 @@
 mod document;
 mod error;
 mod external;
+mod fids;
 mod fs;
 mod fuse;
 pub mod layout;

@@ -176,9 +176,10 @@ pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine:
         Coll {
             name: name.to_string(),
             root: root_ino,
-            next_fid: max_fid + 1,
+            engine_id: c.id(),
         },
     );
+    st.fids.reserve_below(c.id(), max_fid + 1);
     st.coll_by_name.insert(name.to_string(), coll_id);
     if st.nodes[&root_ino].fid == u64::MAX {
         let fid = st.alloc_fid(coll_id);
@@ -363,7 +364,7 @@ pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine:
         }
     }
     if !cleanup.is_empty() {
-        cleanup.commit(&st.db)?;
+        cleanup.commit(st)?;
     }
     Ok(root_ino)
 }

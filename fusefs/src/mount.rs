@@ -68,6 +68,8 @@ pub struct MountHandle {
     flusher: Option<JoinHandle<()>>,
     /// Unregisters the engine write observer when the handle goes.
     _observing: Option<Observing>,
+    /// The engine's mark as mounted in this process.
+    _mounted: Option<crate::fids::Mounted>,
 }
 
 /// An engine write observer registered for as long as this lives.
@@ -161,10 +163,9 @@ fn parse_options(cfg: &MountConfig) -> Result<(FsOptions, Vec<MountOption>), FsE
 }
 
 /// Builds the in-memory state: the root and every collection.
-fn build_state(db: Db, chunk_size: u64) -> Result<State, FsError> {
+fn build_state(db: Db, chunk_size: u64, mount_id: u64) -> Result<State, FsError> {
     let now = SystemTime::now();
     let mut st = State {
-        db,
         nodes: HashMap::new(),
         colls: HashMap::new(),
         coll_by_name: HashMap::new(),
@@ -173,6 +174,9 @@ fn build_state(db: Db, chunk_size: u64) -> Result<State, FsError> {
         dirty_nodes: HashSet::new(),
         chunk_size,
         chunk_io: Default::default(),
+        fids: crate::fids::Fids::of(&db),
+        db,
+        mount_id,
     };
     let mut root = Node::new(ROOT_INO, 0, 0, Kind::Dir, 0o755, now);
     root.nlink = 2;
@@ -218,6 +222,9 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
             )))
         }
     } as u64;
+    let mounted = crate::fids::Fids::of(&db)
+        .claim_mount()
+        .ok_or_else(|| FsError::AlreadyMounted(db.path().to_path_buf()))?;
     // Observing from before the load on: a document written meanwhile is taken in
     // again, which changes nothing (see `crate::external`).
     let external = Arc::new(External::default());
@@ -225,7 +232,7 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
         id: db.observe_writes(external.observer()),
         db: db.clone(),
     };
-    let state = build_state(db, chunk_size)?;
+    let state = build_state(db, chunk_size, external.id)?;
     let (flush_interval, readahead_kb, workers) =
         (opts.flush_interval, opts.readahead_kb, opts.workers);
     let health: Option<HealthFn> = cfg.health.clone();
@@ -255,6 +262,7 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
         session: Some(session),
         flusher,
         _observing: Some(observing),
+        _mounted: Some(mounted),
     })
 }
 
@@ -307,6 +315,7 @@ pub fn mount_null(cfg: MountConfig) -> Result<MountHandle, FsError> {
         session: Some(session),
         flusher: None,
         _observing: None,
+        _mounted: None,
     })
 }
 
@@ -601,7 +610,7 @@ mod tests {
         }
         let db = Db::open(dir.path(), opts).unwrap();
         let before = db.stats().device_bytes_read;
-        let st = build_state(db, crate::DEFAULT_CHUNK_SIZE as u64).unwrap();
+        let st = build_state(db, crate::DEFAULT_CHUNK_SIZE as u64, 0).unwrap();
         let read = st.db.stats().device_bytes_read - before;
         let data = small * small_len as u64 + 3 * large_len as u64;
         println!("building the tree read {read} bytes of {data} bytes of file data");

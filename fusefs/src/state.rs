@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use basalt_engine::{BatchOp, Db, WriteBatch};
@@ -297,7 +298,8 @@ impl Node {
 pub struct Coll {
     pub name: String,
     pub root: u64,
-    pub next_fid: u64,
+    /// The engine's id of the collection (kept by a rename).
+    pub engine_id: basalt_engine::CollId,
 }
 
 /// Puts and deletes for one engine batch, deduplicated by key (last wins).
@@ -320,13 +322,13 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
-    /// Writes the batch as one engine batch (a write of the mount's own, see
+    /// Writes the batch as one engine batch, a write of `st`'s mount (see
     /// [`crate::external::own`]).
-    pub fn commit(self, db: &Db) -> Result<(), basalt_engine::Error> {
+    pub fn commit(self, st: &State) -> Result<(), basalt_engine::Error> {
         if self.ops.is_empty() {
             return Ok(());
         }
-        crate::external::own(|| db.write(&self.into_write_batch())).map(|_| ())
+        crate::external::own(st.mount_id, || st.db.write(&self.into_write_batch())).map(|_| ())
     }
     /// The engine batch, values moved into it (no copy).
     pub fn into_write_batch(self) -> WriteBatch {
@@ -365,6 +367,10 @@ pub struct State {
     pub dirty_nodes: HashSet<u64>,
     pub chunk_size: u64,
     pub chunk_io: ChunkIo,
+    /// Inode ids, shared with `write_document` and other mounts of the engine.
+    pub fids: Arc<crate::fids::Fids>,
+    /// The mount's id, marking its own commits (`crate::external::own`).
+    pub mount_id: u64,
 }
 
 /// What the mount did with stored chunks, for `/.basalt/stats.json`.
@@ -440,13 +446,10 @@ impl State {
         i
     }
 
+    /// A new inode id in mounted collection `coll` (0 when it is not mounted).
     pub fn alloc_fid(&mut self, coll: u32) -> u64 {
-        match self.colls.get_mut(&coll) {
-            Some(c) => {
-                let f = c.next_fid;
-                c.next_fid += 1;
-                f
-            }
+        match self.colls.get(&coll) {
+            Some(c) => self.fids.take(c.engine_id, 1),
             None => 0,
         }
     }
@@ -758,7 +761,7 @@ impl State {
             }
         }
         let wb = b.into_write_batch();
-        if let Err(err) = crate::external::own(|| self.db.write(&wb)) {
+        if let Err(err) = crate::external::own(self.mount_id, || self.db.write(&wb)) {
             let path = self.paths(ino).ok().and_then(|p| p.into_iter().next());
             let errno = engine_err(&coll, &path.unwrap_or_default(), &err);
             self.keep_unwritten(ino, wb, dirty);

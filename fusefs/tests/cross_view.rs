@@ -293,9 +293,6 @@ fn engine_api_writes_while_mounted_are_files_at_once() {
         std::fs::read(c.join("mine.txt")).unwrap(),
         b"from the mount"
     );
-    // First, while every file the mount knows has its records stored: an id the mount
-    // handed out in memory only can be persisted by it while `write_document` takes the
-    // same id (see `write_document`).
     let big = pattern(9, 3 * basalt_fusefs::DEFAULT_CHUNK_SIZE + 11);
     write_document(&db, "live", "a/big.bin", &mut &big[..]).unwrap();
     eventually("a/big.bin", || {
@@ -336,6 +333,101 @@ fn engine_api_writes_while_mounted_are_files_at_once() {
     assert!(!c.join("a/b/new.txt").exists());
     h.unmount().unwrap();
     assert_eq!(doc(&db, "live", "a/big.bin"), b"small now");
+}
+
+/// A reader that runs `at_half` once, when half of `data` has been read.
+struct ReadThenAct<'a, F: FnMut()> {
+    data: &'a [u8],
+    at: usize,
+    at_half: Option<F>,
+}
+
+impl<F: FnMut()> Read for ReadThenAct<'_, F> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.at >= self.data.len() / 2 {
+            if let Some(mut f) = self.at_half.take() {
+                f();
+            }
+        }
+        let n = buf.len().min(self.data.len() - self.at);
+        buf[..n].copy_from_slice(&self.data[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// `write_document` takes a large document's inode id from the allocator the mount
+/// uses: the mount's files whose ids are handed out but not stored yet (a document
+/// taken in without metadata, and the directory its path implies) keep theirs when
+/// the mount stores them while `write_document` runs, and after a remount every file
+/// has its own metadata and content. (Before, `write_document` took the highest stored
+/// id plus one, the taken-in file's, and the two files' records collided.)
+#[test]
+fn write_document_takes_no_inode_id_the_mount_handed_out() {
+    require_fuse!();
+    let (_tmp, data, mp) = data_and_mountpoint();
+    let db = open_db(&data);
+    let mut config = cfg(&mp);
+    config.options = vec!["flush_interval_ms=600000".into()];
+    let h = mount(db.clone(), config).unwrap();
+    let c = mp.join("ids");
+    std::fs::create_dir(&c).unwrap();
+    db.put("ids", b"x/taken.txt", b"taken in").unwrap();
+    // Only looked up: a read would store its record with the new atime.
+    assert_eq!(std::fs::metadata(c.join("x/taken.txt")).unwrap().len(), 8);
+    let big = pattern(5, 2 * basalt_fusefs::DEFAULT_CHUNK_SIZE + 77);
+    let mut src = ReadThenAct {
+        data: &big,
+        at: 0,
+        at_half: Some(|| {
+            // Stores the records of both ids the mount handed out in memory.
+            let mode = |p: &Path, m| std::fs::set_permissions(p, PermissionsExt::from_mode(m));
+            mode(&c.join("x/taken.txt"), 0o600).unwrap();
+            mode(&c.join("x"), 0o700).unwrap();
+        }),
+    };
+    write_document(&db, "ids", "big.bin", &mut src).unwrap();
+    assert!(src.at_half.is_none(), "the mount stored nothing meanwhile");
+    eventually("big.bin", || {
+        std::fs::read(c.join("big.bin")).is_ok_and(|v| v == big)
+    });
+    h.unmount().unwrap();
+
+    let h = mount(db.clone(), cfg(&mp)).unwrap();
+    let meta = |p: &str| std::fs::metadata(c.join(p)).unwrap();
+    assert_eq!(std::fs::read(c.join("x/taken.txt")).unwrap(), b"taken in");
+    assert_eq!(meta("x/taken.txt").permissions().mode() & 0o777, 0o600);
+    assert_eq!(meta("x").permissions().mode() & 0o777, 0o700);
+    assert!(meta("x").is_dir());
+    assert_bytes(&std::fs::read(c.join("big.bin")).unwrap(), &big, "big.bin");
+    assert_eq!(meta("big.bin").permissions().mode() & 0o777, 0o644);
+    let inos = ["x", "x/taken.txt", "big.bin"].map(|p| meta(p).ino());
+    assert!(inos[0] != inos[1] && inos[1] != inos[2] && inos[0] != inos[2]);
+    assert_eq!(meta("big.bin").nlink(), 1);
+    assert_eq!(meta("x/taken.txt").nlink(), 1);
+    h.unmount().unwrap();
+    assert_bytes(&doc(&db, "ids", "big.bin"), &big, "big.bin by the engine");
+}
+
+/// A second mount of an engine in the same process is refused with a clear error
+/// (each would keep its own file metadata for the same documents); once the first
+/// is unmounted, the engine mounts again.
+#[test]
+fn an_engine_mounts_once_per_process() {
+    require_fuse!();
+    let (tmp, data, mp) = data_and_mountpoint();
+    let db = open_db(&data);
+    let h = mount(db.clone(), cfg(&mp)).unwrap();
+    let other = tmp.path().join("mnt2");
+    std::fs::create_dir(&other).unwrap();
+    let err = mount(db.clone(), cfg(&other)).err().expect("mounted twice");
+    assert!(
+        err.to_string().contains("already mounted by this process"),
+        "{err}"
+    );
+    assert!(!common::is_mounted(&other));
+    h.unmount().unwrap();
+    mount(db.clone(), cfg(&other)).unwrap().unmount().unwrap();
 }
 
 /// A file with writes the mount has not flushed yet keeps them over a document

@@ -117,6 +117,8 @@ pub(crate) struct Inner {
     pub merge_delay_nanos_per_kib: AtomicU64,
     /// A collection was dropped: merge all runs to purge its entries.
     pub want_full_merge: AtomicBool,
+    /// Collections created, dropped or renamed since open (see `Db::catalog_changes`).
+    pub catalog_changes: AtomicU64,
     /// Of the newer runs' entries, how many (per mille) the last merge into the oldest
     /// run found shadowing an older version (kept in the checkpoint;
     /// `flush::SHADOW_UNMEASURED`, counted as all, until one has measured it). Drives
@@ -733,6 +735,7 @@ impl Db {
             gc_delay_nanos_per_kib: AtomicU64::new(0),
             merge_delay_nanos_per_kib: AtomicU64::new(0),
             want_full_merge: AtomicBool::new(false),
+            catalog_changes: AtomicU64::new(0),
             shadow_permille: AtomicU64::new(
                 ckpt.shadow_permille
                     .map_or(crate::flush::SHADOW_UNMEASURED, |v| v.min(1000)),
@@ -811,6 +814,7 @@ impl Db {
     pub fn create_collection(&self, name: &str) -> Result<Collection> {
         let op = self.inner.catalog.read().plan_create(name)?;
         self.inner.commit(CommitOps::Catalog(op))?;
+        self.inner.catalog_changes.fetch_add(1, Ordering::SeqCst);
         self.collection(name)
     }
 
@@ -839,6 +843,7 @@ impl Db {
     pub fn drop_collection(&self, name: &str) -> Result<()> {
         let op = self.inner.catalog.read().plan_drop(name)?;
         self.inner.commit(CommitOps::Catalog(op))?;
+        self.inner.catalog_changes.fetch_add(1, Ordering::SeqCst);
         self.inner.want_full_merge.store(true, Ordering::SeqCst);
         {
             let mut w = self.inner.writer.lock();
@@ -852,7 +857,14 @@ impl Db {
     pub fn rename_collection(&self, from: &str, to: &str) -> Result<()> {
         let op = self.inner.catalog.read().plan_rename(from, to)?;
         self.inner.commit(CommitOps::Catalog(op))?;
+        self.inner.catalog_changes.fetch_add(1, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// How many collections were created, dropped or renamed since the engine opened:
+    /// a cheap test (one atomic load) for whether a view of the collections is stale.
+    pub fn catalog_changes(&self) -> u64 {
+        self.inner.catalog_changes.load(Ordering::SeqCst)
     }
 
     /// Names of all collections, sorted.

@@ -648,3 +648,29 @@ fn write_observers_are_told_each_committed_write_once() {
         ]
     );
 }
+
+/// `catalog_changes` counts each successful create, drop and rename of a collection,
+/// and nothing else (document writes, failed catalog operations, lookups).
+#[test]
+fn catalog_changes_count_successful_collection_changes_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    assert_eq!(db.catalog_changes(), 0);
+    let c = db.create_collection("a").unwrap();
+    assert_eq!(db.catalog_changes(), 1);
+    c.put(b"k", b"v").unwrap();
+    db.delete("a", b"k").unwrap();
+    db.collection_or_create("a").unwrap();
+    assert!(db.create_collection("a").is_err());
+    assert!(db.rename_collection("missing", "b").is_err());
+    assert!(db.drop_collection("missing").is_err());
+    assert_eq!(
+        db.catalog_changes(),
+        1,
+        "writes and failures change nothing"
+    );
+    db.rename_collection("a", "b").unwrap();
+    db.collection_or_create("c").unwrap();
+    db.drop_collection("b").unwrap();
+    assert_eq!(db.catalog_changes(), 4);
+}

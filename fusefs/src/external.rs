@@ -132,7 +132,8 @@ impl State {
     }
 
     fn take_in_one(&mut self, coll: &str, key: &[u8], out: &mut Vec<Forget>) -> Result<(), Errno> {
-        // Collections created since the mount are loaded whole when first looked up.
+        // A collection the mount does not have was dropped (its documents are gone
+        // with it) or is loaded whole by `take_in_catalog`.
         let Some(&cid) = self.coll_by_name.get(coll) else {
             return Ok(());
         };

@@ -132,14 +132,16 @@ impl Shared {
         }
     }
 
-    /// The state, with documents written through the engine API since the last call
-    /// taken in.
+    /// The state, with collections and documents changed through the engine API since
+    /// the last call taken in.
     pub fn lock(&self) -> MutexGuard<'_, State> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut forget = st.take_in_catalog();
         if let Some(keys) = self.external.take() {
-            for f in st.take_in(keys) {
-                let _ = self.forget.send(f);
-            }
+            forget.extend(st.take_in(keys));
+        }
+        for f in forget {
+            let _ = self.forget.send(f);
         }
         st
     }
@@ -397,21 +399,6 @@ impl BasaltFs {
         Ok(attr_of(st.node(ino)?))
     }
 
-    /// Loads collections created through the engine API since the mount.
-    fn refresh_collections(&self, st: &mut State) {
-        for name in st.db.list_collections() {
-            if name == views::DIR_NAME || st.coll_by_name.contains_key(&name) {
-                continue;
-            }
-            match crate::load::load_collection(st, &name) {
-                Ok(root) => {
-                    crate::load::link_child(st, ROOT_INO, OsString::from(&name), root);
-                }
-                Err(e) => eprintln!("basalt-fusefs: cannot load collection {name}: {e}"),
-            }
-        }
-    }
-
     fn lookup_inner(&self, parent: u64, name: &OsStr) -> Result<FileAttr, Errno> {
         if name.len() > 255 {
             return Err(Errno(libc::ENAMETOOLONG));
@@ -438,13 +425,11 @@ impl BasaltFs {
         let mut st = self.shared.lock();
         let ino = match st.node(parent)?.children.get(name) {
             Some(&i) => i,
-            None if parent == ROOT_INO => {
-                self.refresh_collections(&mut st);
-                *st.node(parent)?
-                    .children
-                    .get(name)
-                    .ok_or(Errno(libc::ENOENT))?
-            }
+            None if parent == ROOT_INO => *st
+                .node(parent)?
+                .children
+                .get(name)
+                .ok_or(Errno(libc::ENOENT))?,
             None => {
                 if !st.node(parent)?.is_dir() {
                     return Err(Errno(libc::ENOTDIR));
@@ -691,10 +676,7 @@ impl BasaltFs {
             }
             return Ok(out);
         }
-        let mut st = self.shared.lock();
-        if ino == ROOT_INO {
-            self.refresh_collections(&mut st);
-        }
+        let st = self.shared.lock();
         let n = st.node(ino)?;
         if !n.is_dir() {
             return Err(Errno(libc::ENOTDIR));

@@ -175,6 +175,7 @@ fn build_state(db: Db, chunk_size: u64, mount_id: u64) -> Result<State, FsError>
         chunk_size,
         chunk_io: Default::default(),
         fids: crate::fids::Fids::of(&db),
+        catalog_seen: db.catalog_changes(),
         db,
         mount_id,
     };

@@ -371,6 +371,8 @@ pub struct State {
     pub fids: Arc<crate::fids::Fids>,
     /// The mount's id, marking its own commits (`crate::external::own`).
     pub mount_id: u64,
+    /// The engine's `catalog_changes` the collections were last brought in line with.
+    pub catalog_seen: u64,
 }
 
 /// What the mount did with stored chunks, for `/.basalt/stats.json`.

@@ -335,6 +335,72 @@ fn engine_api_writes_while_mounted_are_files_at_once() {
     assert_eq!(doc(&db, "live", "a/big.bin"), b"small now");
 }
 
+/// Collections created, renamed (also two swapping names) and dropped through the
+/// engine API while mounted show in the root at once; a renamed collection keeps its
+/// files and an open file in it stays usable; a dropped one's files go, its unflushed
+/// writes with it (nothing brings the collection back), and a remount shows the same.
+#[test]
+fn engine_api_collection_changes_while_mounted_show_at_once() {
+    require_fuse!();
+    let (_tmp, data, mp) = data_and_mountpoint();
+    let db = open_db(&data);
+    let mut config = cfg(&mp);
+    config.options = vec!["flush_interval_ms=200".into()];
+    let h = mount(db.clone(), config).unwrap();
+    for c in ["a", "x", "y", "gone"] {
+        std::fs::create_dir(mp.join(c)).unwrap();
+        std::fs::write(mp.join(c).join("f"), c).unwrap();
+    }
+    // The collections in the root (`.basalt` aside).
+    let colls =
+        |mp: &Path| -> Vec<String> { names(mp).into_iter().filter(|n| n != ".basalt").collect() };
+    let names_are = |want: &[&str]| {
+        eventually(&format!("root lists {want:?}"), || colls(&mp) == want);
+    };
+    names_are(&["a", "gone", "x", "y"]);
+    let mut open = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(mp.join("a/f"))
+        .unwrap();
+    let unflushed = std::fs::File::create(mp.join("gone/late")).unwrap();
+    (&unflushed).write_all(b"never flushed").unwrap();
+
+    db.create_collection("made").unwrap();
+    db.put("made", b"d/doc.txt", b"by the engine").unwrap();
+    db.rename_collection("a", "b").unwrap();
+    db.rename_collection("x", "tmp").unwrap();
+    db.rename_collection("y", "x").unwrap();
+    db.rename_collection("tmp", "y").unwrap();
+    db.drop_collection("gone").unwrap();
+    names_are(&["b", "made", "x", "y"]);
+    assert!(!mp.join("a").exists() && !mp.join("gone/f").exists());
+    assert_eq!(
+        std::fs::read(mp.join("made/d/doc.txt")).unwrap(),
+        b"by the engine"
+    );
+    assert_eq!(std::fs::read(mp.join("b/f")).unwrap(), b"a");
+    assert_eq!(std::fs::read(mp.join("x/f")).unwrap(), b"y");
+    assert_eq!(std::fs::read(mp.join("y/f")).unwrap(), b"x");
+    open.write_all(b"A, renamed").unwrap();
+    open.sync_all().unwrap();
+    drop(open);
+    drop(unflushed);
+    // The mount goes on working in the new names.
+    std::fs::write(mp.join("made/d/mine"), b"mine").unwrap();
+    std::fs::create_dir(mp.join("new")).unwrap();
+    h.unmount().unwrap();
+    assert_eq!(db.list_collections(), ["b", "made", "new", "x", "y"]);
+    assert_eq!(db.get("b", b"f").unwrap().unwrap(), b"A, renamed");
+
+    let h = mount(db.clone(), cfg(&mp)).unwrap();
+    assert_eq!(colls(&mp), ["b", "made", "new", "x", "y"]);
+    assert_eq!(names(&mp.join("made/d")), ["doc.txt", "mine"]);
+    assert_eq!(std::fs::read(mp.join("b/f")).unwrap(), b"A, renamed");
+    assert_eq!(std::fs::read(mp.join("x/f")).unwrap(), b"y");
+    h.unmount().unwrap();
+}
+
 /// A reader that runs `at_half` once, when half of `data` has been read.
 struct ReadThenAct<'a, F: FnMut()> {
     data: &'a [u8],

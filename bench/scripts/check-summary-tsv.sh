@@ -5,7 +5,7 @@ set -euo pipefail
 tsv=$1
 want_header=$'engine\tstep\tops_sec\tmb_sec\tp50\tp99\tp99.9\tp99.99\twrite_amp\tspace_amp\tdev_write_bytes_per_op\tdev_read_bytes_per_op\tcpu_us_per_op\trss_bytes\tdisk_bytes\tstall_pct'
 [ "$(head -1 "$tsv")" = "$want_header" ] || { echo "bad header in $tsv: $(head -1 "$tsv")"; exit 1; }
-steps="fillseq readrandom fwdrange multireadrandom overwritesome waitforcompaction readwhilewriting fwdrangewhilewriting overwrite"
+steps="fillseq readrandom readhot fwdrange multireadrandom overwritesome waitforcompaction readwhilewriting fwdrangewhilewriting overwrite"
 # The Basalt side must be the real engine (rows named "basalt"), never a stand-in.
 basalt_side=basalt
 passed=0; failed=0

@@ -104,6 +104,10 @@ pub struct SuiteStep {
     pub writes_user_data: bool,
 }
 
+/// `--read_random_exp_range` of the `readhot` step: about half the reads go to the
+/// hottest 1% of the keys, so the caches, not the device, decide the step.
+pub const HOT_READ_RANGE: f64 = 10.0;
+
 /// benchmark_compare.sh's order: load, read-only steps, a few overwrites, wait for the
 /// compaction/GC debt, then the read-while-writing steps and a full overwrite.
 pub fn suite_steps(spec: &SuiteSpec) -> Vec<SuiteStep> {
@@ -125,6 +129,16 @@ pub fn suite_steps(spec: &SuiteSpec) -> Vec<SuiteStep> {
             "readrandom",
             "readrandom",
             vec![rd.clone()],
+            false,
+        ),
+        step(
+            "readhot",
+            "readrandom",
+            "readrandom",
+            vec![
+                rd.clone(),
+                format!("--read_random_exp_range={HOT_READ_RANGE}"),
+            ],
             false,
         ),
         step(
@@ -692,6 +706,7 @@ mod tests {
             [
                 "fillseq",
                 "readrandom",
+                "readhot",
                 "fwdrange",
                 "multireadrandom",
                 "overwritesome",
@@ -701,7 +716,11 @@ mod tests {
                 "overwrite"
             ]
         );
-        assert_eq!(s[2].rocksdb_benchmark, "seekrandom");
-        assert_eq!(s[7].rocksdb_benchmark, "seekrandomwhilewriting");
+        assert_eq!(s[2].rocksdb_benchmark, "readrandom");
+        assert!(s[2]
+            .flags
+            .contains(&"--read_random_exp_range=10".to_string()));
+        assert_eq!(s[3].rocksdb_benchmark, "seekrandom");
+        assert_eq!(s[8].rocksdb_benchmark, "seekrandomwhilewriting");
     }
 }

@@ -44,6 +44,7 @@ const FLAG_TABLE: &[(&str, Kind)] = &[
     ("batch_size", Kind::Value),
     ("seek_nexts", Kind::Value),
     ("reverse_iterator", Kind::Bool),
+    ("read_random_exp_range", Kind::Value),
     // Basalt-only
     ("target_fill", Kind::Value),
     ("io_backend", Kind::Value),
@@ -97,6 +98,10 @@ pub struct Flags {
     pub batch_size: usize,
     pub seek_nexts: usize,
     pub reverse_iterator: bool,
+    /// `--read_random_exp_range`: 0 reads keys uniformly; larger values skew the
+    /// reads of readrandom, multireadrandom and readwhilewriting towards fewer keys
+    /// (see [`crate::keys::exp_skewed`]).
+    pub read_random_exp_range: f64,
     pub target_fill: Option<f64>,
     pub io_backend: Option<IoBackend>,
     /// Microseconds an io_uring read polls before sleeping (`None`: engine default).
@@ -142,6 +147,7 @@ impl Default for Flags {
             batch_size: 1,
             seek_nexts: 0,
             reverse_iterator: false,
+            read_random_exp_range: 0.0,
             target_fill: None,
             io_backend: None,
             read_poll_micros: None,
@@ -295,6 +301,13 @@ impl Flags {
             "batch_size" => self.batch_size = num(name, v)?,
             "seek_nexts" => self.seek_nexts = num(name, v)?,
             "reverse_iterator" => self.reverse_iterator = parse_bool(name, v)?,
+            "read_random_exp_range" => {
+                let r: f64 = num(name, v)?;
+                if !(r.is_finite() && r >= 0.0) {
+                    return Err(bad(name, v, "a number of 0 or more"));
+                }
+                self.read_random_exp_range = r
+            }
             "target_fill" => {
                 let p: f64 = num(name, v)?;
                 if !(1.0..=99.0).contains(&p) {

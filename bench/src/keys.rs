@@ -40,6 +40,21 @@ impl Rng {
     }
 }
 
+/// Spreads key numbers over the key space (odd, so that multiplying by it modulo a
+/// power of two loses none).
+const SCATTER: u128 = 0x9E37_79B9_7F4A_7C15;
+
+/// A key number in `0..num` drawn as db_bench's `--read_random_exp_range=range` draws
+/// it: `num × e^-r` with `r` uniform in `[0, range)`, so the smaller numbers are read
+/// far more often (with `range` 10, about half the reads go to the hottest 1% of the
+/// numbers), then multiplied by a large odd constant modulo `num` so that the hot keys
+/// lie scattered over the key space rather than side by side. `range` must be above 0.
+pub fn exp_skewed(rng: &mut Rng, num: u64, range: f64) -> u64 {
+    let unit = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    let n = ((-unit * range).exp() * num as f64) as u64;
+    ((n as u128 * SCATTER) % num.max(1) as u128) as u64
+}
+
 /// A random permutation of `0..n` (for `filluniquerandom`).
 pub fn permutation(n: u64, seed: u64) -> Vec<u64> {
     let mut v: Vec<u64> = (0..n).collect();
@@ -92,6 +107,60 @@ impl ValueGen {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Share of `draws` that went to the `top` most drawn numbers.
+    fn top_share(counts: &std::collections::HashMap<u64, u64>, top: usize, draws: u64) -> f64 {
+        let mut c: Vec<u64> = counts.values().copied().collect();
+        c.sort_unstable_by(|a, b| b.cmp(a));
+        c.iter().take(top).sum::<u64>() as f64 / draws as f64
+    }
+
+    #[test]
+    fn exp_skewed_draws_stay_in_range_and_favour_few_scattered_keys() {
+        let (num, draws) = (100_000u64, 200_000u64);
+        let mut rng = Rng::new(3);
+        let mut counts = std::collections::HashMap::new();
+        for _ in 0..draws {
+            let k = exp_skewed(&mut rng, num, 10.0);
+            assert!(k < num);
+            *counts.entry(k).or_insert(0u64) += 1;
+        }
+        // e^-r × num for r in [0, 10): P(n <= num/100) = 1 - ln(100)/10 = 0.54.
+        let share = top_share(&counts, (num / 100) as usize, draws);
+        assert!((0.45..0.65).contains(&share), "top 1% got {share}");
+        let mut uniform = std::collections::HashMap::new();
+        for _ in 0..draws {
+            *uniform.entry(rng.below(num)).or_insert(0u64) += 1;
+        }
+        let u = top_share(&uniform, (num / 100) as usize, draws);
+        assert!(u < 0.05, "uniform top 1% got {u}");
+        // The hottest numbers are not neighbours.
+        let mut hot: Vec<u64> = counts
+            .iter()
+            .filter(|(_, &c)| c > 200)
+            .map(|(&k, _)| k)
+            .collect();
+        hot.sort_unstable();
+        assert!(
+            hot.len() >= 10,
+            "{} keys read more than 200 times",
+            hot.len()
+        );
+        assert!(
+            hot.windows(2).all(|w| w[1] - w[0] > 1),
+            "adjacent hot keys: {hot:?}"
+        );
+        // A smaller range skews less.
+        let mut mild = std::collections::HashMap::new();
+        for _ in 0..draws {
+            *mild.entry(exp_skewed(&mut rng, num, 2.0)).or_insert(0u64) += 1;
+        }
+        let m = top_share(&mild, (num / 100) as usize, draws);
+        assert!(
+            u < m && m < share,
+            "uniform {u} < range 2 {m} < range 10 {share}"
+        );
+    }
 
     #[test]
     fn keys_are_big_endian_and_padded() {

@@ -6,13 +6,13 @@
 use crate::engine::{
     BatchOp, Direction, EngineError, EngineFactory, EngineOptions, EngineStats, KvEngine, KvPairs,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 pub const SNAPSHOT_FILE: &str = "MEMTEST-SNAPSHOT";
@@ -28,6 +28,8 @@ pub struct MemEngine {
     user_bytes_written: AtomicU64,
     snapshot_bytes_written: AtomicU64,
     opened: Instant,
+    /// How often each key was read (`get` and `multi_get`), for tests of key choice.
+    reads: Mutex<HashMap<Vec<u8>, u64>>,
 }
 
 impl MemEngine {
@@ -47,6 +49,7 @@ impl MemEngine {
             user_bytes_written: AtomicU64::new(0),
             snapshot_bytes_written: AtomicU64::new(0),
             opened: Instant::now(),
+            reads: Mutex::default(),
         }
     }
 
@@ -65,6 +68,18 @@ impl MemEngine {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// How often each key was read since the engine opened.
+    pub fn reads_per_key(&self) -> HashMap<Vec<u8>, u64> {
+        self.reads.lock().unwrap().clone()
+    }
+
+    fn count_reads<'a>(&self, keys: impl IntoIterator<Item = &'a [u8]>) {
+        let mut r = self.reads.lock().unwrap();
+        for k in keys {
+            *r.entry(k.to_vec()).or_default() += 1;
+        }
     }
 
     fn tick(&self) {
@@ -146,6 +161,7 @@ impl KvEngine for MemEngine {
     }
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
         self.tick();
+        self.count_reads([key]);
         Ok(self.map.read().unwrap().get(key).cloned())
     }
     fn delete(&self, key: &[u8]) -> Result<(), EngineError> {
@@ -176,6 +192,7 @@ impl KvEngine for MemEngine {
     }
     fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, EngineError> {
         self.tick();
+        self.count_reads(keys.iter().copied());
         let m = self.map.read().unwrap();
         Ok(keys.iter().map(|k| m.get(*k).cloned()).collect())
     }

@@ -11,7 +11,7 @@ use crate::engine::{Direction, KvEngine};
 use crate::error::BenchError;
 use crate::flags::Flags;
 use crate::histogram::LatencyHistogram;
-use crate::keys::{make_key, permutation, Rng, ValueGen};
+use crate::keys::{exp_skewed, make_key, permutation, Rng, ValueGen};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -116,6 +116,15 @@ impl StepKind {
         matches!(
             self,
             StepKind::FillSeq | StepKind::FillUniqueRandom | StepKind::DeleteSeq
+        )
+    }
+
+    /// Reads whose keys `--read_random_exp_range` skews, as in db_bench (its readrandom
+    /// and multireadrandom; readwhilewriting's readers are readrandom there).
+    fn reads_skewable(self) -> bool {
+        matches!(
+            self,
+            StepKind::ReadRandom | StepKind::MultiReadRandom | StepKind::ReadWhileWriting
         )
     }
 
@@ -232,6 +241,8 @@ impl ThreadCtx {
                 Some(p) => p[(idx % num) as usize],
                 None => idx,
             }
+        } else if self.flags.read_random_exp_range > 0.0 && self.kind.reads_skewable() {
+            exp_skewed(&mut self.rng, num, self.flags.read_random_exp_range)
         } else {
             self.rng.below(num)
         }

@@ -181,3 +181,71 @@ fn duration_bounds_time_and_intervals_are_recorded() {
     let csv = std::fs::read_to_string(&report).unwrap();
     assert!(csv.starts_with("secs_elapsed,interval_qps\n1,"), "{csv}");
 }
+
+/// Share of all reads of the last engine that went to its `top` most read keys.
+fn top_read_share(f: &MemFactory, top: usize) -> f64 {
+    let reads = f.last_engine().unwrap().reads_per_key();
+    let mut c: Vec<u64> = reads.values().copied().collect();
+    c.sort_unstable_by(|a, b| b.cmp(a));
+    c.iter().take(top).sum::<u64>() as f64 / c.iter().sum::<u64>() as f64
+}
+
+/// `--read_random_exp_range` skews the keys of readrandom, multireadrandom and
+/// readwhilewriting (as db_bench does) and of nothing else: with 10, about half the
+/// reads go to the hottest 1% of keys, against about 2% when uniform, and fillrandom
+/// still writes as many distinct keys as without it.
+#[test]
+fn read_random_exp_range_skews_reads_only() {
+    let d = tempfile::tempdir().unwrap();
+    let f = MemFactory::new();
+    run(&["--benchmarks=fillseq", "--num=5000"], d.path(), &f);
+    let read = |bench: &str, range: &str| {
+        run(
+            &[
+                &format!("--benchmarks={bench}"),
+                "--num=5000",
+                "--reads=20000",
+                "--batch_size=8",
+                "--duration=0",
+                "--use_existing_db=1",
+                &format!("--read_random_exp_range={range}"),
+            ],
+            d.path(),
+            &f,
+        );
+        top_read_share(&f, 50)
+    };
+    let uniform = read("readrandom", "0");
+    assert!(uniform < 0.05, "uniform: top 1% of keys got {uniform}");
+    for bench in ["readrandom", "multireadrandom", "readwhilewriting"] {
+        let skewed = read(bench, "10");
+        assert!(
+            (0.4..0.7).contains(&skewed),
+            "{bench}: top 1% of keys got {skewed} of the reads"
+        );
+    }
+    let distinct_written = |range: &str| {
+        let d = tempfile::tempdir().unwrap();
+        let f = MemFactory::new();
+        run(
+            &[
+                "--benchmarks=fillrandom",
+                "--num=5000",
+                &format!("--read_random_exp_range={range}"),
+            ],
+            d.path(),
+            &f,
+        );
+        all_keys(f.last_engine().unwrap().as_ref()).len()
+    };
+    // Uniform: 1 - 1/e of 5000 distinct keys (3160).
+    for range in ["0", "10"] {
+        let n = distinct_written(range);
+        assert!(
+            (2900..3400).contains(&n),
+            "range {range}: {n} distinct keys"
+        );
+    }
+    let bad = Flags::parse(&["--read_random_exp_range=-1"]).unwrap_err();
+    assert!(bad.to_string().contains("read_random_exp_range"), "{bad}");
+}

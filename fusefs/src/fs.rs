@@ -106,11 +106,17 @@ impl State {
             return Err(e(libc::EEXIST));
         }
         let (coll, pperm, pgid) = (p.coll, p.perm, p.gid);
+        let default_acl = match new.kind {
+            Kind::Symlink => None,
+            _ => p.xattrs.get(crate::acl::DEFAULT).cloned(),
+        };
         let path = self.child_path(parent, name)?;
         let now = SystemTime::now();
         let ino = self.alloc_ino();
         let fid = self.alloc_fid(coll);
-        let mut perm = (new.mode & !new.umask & 0o7777) as u16;
+        // A default ACL replaces the umask (`crate::acl::inherit` below).
+        let umask = if default_acl.is_some() { 0 } else { new.umask };
+        let mut perm = (new.mode & !umask & 0o7777) as u16;
         let mut gid = who.gid;
         if pperm & libc::S_ISGID as u16 != 0 {
             gid = pgid;
@@ -119,6 +125,10 @@ impl State {
             }
         }
         let mut n = Node::new(ino, coll, fid, new.kind, perm, now);
+        if let Some(d) = default_acl {
+            let bits = crate::acl::inherit(&d, perm & 0o777, &mut n);
+            n.perm = (perm & !0o777) | bits;
+        }
         n.uid = who.uid;
         n.gid = gid;
         n.rdev = new.rdev;

@@ -229,7 +229,12 @@ pub const BLKSIZE: u32 = 128 << 10;
 /// that both get the same requests); returns whether `FUSE_HANDLE_KILLPRIV_V2` was
 /// granted.
 pub fn negotiate(opts: &FsOptions, config: &mut KernelConfig) -> bool {
-    let mut want = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_ASYNC_DIO;
+    // POSIX ACLs: the kernel enforces them; this filesystem stores them and applies the
+    // umask itself, which a directory's default ACL replaces (`crate::acl`).
+    let mut want = InitFlags::FUSE_PARALLEL_DIROPS
+        | InitFlags::FUSE_ASYNC_DIO
+        | InitFlags::FUSE_POSIX_ACL
+        | InitFlags::FUSE_DONT_MASK;
     if opts.writeback_cache {
         want |= InitFlags::FUSE_WRITEBACK_CACHE;
     }
@@ -735,6 +740,7 @@ impl BasaltFs {
         let n = st.node_mut(ino)?;
         if let Some(m) = mode {
             n.perm = (m & 0o7777) as u16;
+            crate::acl::follow_chmod(n);
         }
         if let Some(u) = uid {
             n.uid = u;
@@ -1364,7 +1370,16 @@ impl Filesystem for BasaltFs {
             if flags & libc::XATTR_REPLACE != 0 && !exists {
                 return Err(Errno(libc::ENODATA));
             }
-            n.xattrs.insert(k.to_vec(), value.to_vec());
+            match k {
+                crate::acl::ACCESS => crate::acl::set_access(n, value)?,
+                crate::acl::DEFAULT => {
+                    crate::acl::Acl::decode(value)?;
+                    n.xattrs.insert(k.to_vec(), value.to_vec());
+                }
+                _ => {
+                    n.xattrs.insert(k.to_vec(), value.to_vec());
+                }
+            }
             n.ctime = SystemTime::now();
             n.meta_dirty = true;
             st.mark_dirty(ino.0);

@@ -2,6 +2,7 @@
 //! collection is the document with key `p`, large files are chunked into engine
 //! records. See `ARCHITECTURE.md` for the key layout and `README.md` for usage.
 
+mod acl;
 mod collections;
 mod document;
 mod error;

@@ -5,19 +5,15 @@
 
 mod common;
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
 use basalt_fusefs::mount;
-use common::{mount_config, open_db};
+use common::{mode, mount_config, open_db};
 
 const NOBODY: u32 = 65534;
-
-fn mode(p: &Path) -> u32 {
-    std::fs::metadata(p).unwrap().mode() & 0o7777
-}
 
 fn chmod(p: &Path, m: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();

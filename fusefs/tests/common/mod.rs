@@ -214,3 +214,9 @@ pub fn assert_bytes(got: &[u8], want: &[u8], what: &str) {
         );
     }
 }
+
+/// Permission and set-ID bits of the file at `p`.
+pub fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).unwrap().mode() & 0o7777
+}

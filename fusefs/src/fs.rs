@@ -31,7 +31,7 @@ pub struct NewNode<'a> {
 
 impl State {
     /// Checks a directory entry name.
-    fn check_name(name: &OsStr) -> Result<(), Errno> {
+    pub(crate) fn check_name(name: &OsStr) -> Result<(), Errno> {
         let b = name.as_bytes();
         if b.len() > 255 {
             return Err(e(libc::ENAMETOOLONG));
@@ -42,7 +42,7 @@ impl State {
         Ok(())
     }
 
-    fn dir(&self, ino: u64) -> Result<&Node, Errno> {
+    pub(crate) fn dir(&self, ino: u64) -> Result<&Node, Errno> {
         let n = self.node(ino)?;
         if !n.is_dir() {
             return Err(e(libc::ENOTDIR));
@@ -52,7 +52,7 @@ impl State {
 
     /// Writes the records of unpersisted ancestors of `dir` (directories implied by
     /// document paths) so that the directory survives when its last entry goes.
-    fn persist_dir_chain(&self, b: &mut Batch, dir: u64) -> Result<(), Errno> {
+    pub(crate) fn persist_dir_chain(&self, b: &mut Batch, dir: u64) -> Result<(), Errno> {
         let mut cur = dir;
         for _ in 0..4096 {
             let n = self.node(cur)?;
@@ -68,7 +68,7 @@ impl State {
         Ok(())
     }
 
-    fn mark_chain_persisted(&mut self, dir: u64) {
+    pub(crate) fn mark_chain_persisted(&mut self, dir: u64) {
         let mut cur = dir;
         for _ in 0..4096 {
             let Some(n) = self.nodes.get_mut(&cur) else {
@@ -85,7 +85,7 @@ impl State {
         }
     }
 
-    fn touch_dir(&mut self, ino: u64, now: SystemTime) {
+    pub(crate) fn touch_dir(&mut self, ino: u64, now: SystemTime) {
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.mtime = now;
             n.ctime = now;
@@ -294,141 +294,6 @@ impl State {
             unlink_child(self, newparent, newname);
             return Err(engine_err(&coll, &path, &err));
         }
-        self.mark_chain_persisted(newparent);
-        Ok(())
-    }
-
-    /// Renames an entry inside one collection (atomic: one engine batch).
-    pub fn rename(
-        &mut self,
-        parent: u64,
-        name: &OsStr,
-        newparent: u64,
-        newname: &OsStr,
-        noreplace: bool,
-    ) -> Result<(), Errno> {
-        Self::check_name(newname)?;
-        let src = *self
-            .dir(parent)?
-            .children
-            .get(name)
-            .ok_or(e(libc::ENOENT))?;
-        let np = self.dir(newparent)?;
-        let sn = self.node(src)?;
-        if np.coll != sn.coll || newparent == ROOT_INO {
-            return Err(e(libc::EXDEV));
-        }
-        let coll_id = sn.coll;
-        let src_dir = sn.is_dir();
-        let target = np.children.get(newname).copied();
-        if src_dir {
-            // The new parent must not be inside the moved directory.
-            let mut cur = newparent;
-            for _ in 0..4096 {
-                if cur == src {
-                    return Err(e(libc::EINVAL));
-                }
-                let Some((p, _)) = self.node(cur)?.links.iter().next() else {
-                    break;
-                };
-                cur = *p;
-            }
-        }
-        if let Some(dst) = target {
-            if dst == src {
-                return Ok(());
-            }
-            if noreplace {
-                return Err(e(libc::EEXIST));
-            }
-            let d = self.node(dst)?;
-            match (src_dir, d.is_dir()) {
-                (true, false) => return Err(e(libc::ENOTDIR)),
-                (false, true) => return Err(e(libc::EISDIR)),
-                (true, true) if !d.children.is_empty() => return Err(e(libc::ENOTEMPTY)),
-                _ => {}
-            }
-        }
-        // Documents move with their current content.
-        self.flush_all()?;
-        let coll = self.coll_name(coll_id)?.to_string();
-        let old_base = self.child_path(parent, name)?;
-        let new_base = self.child_path(newparent, newname)?;
-        let mut b = Batch::default();
-        if target.is_some() {
-            self.remove_entry(newparent, newname, None, &mut b)?;
-        }
-        // Every inode under the moved entry, with its old path.
-        let mut moved: Vec<(u64, Vec<u8>)> = Vec::new();
-        let mut stack = vec![(src, old_base.clone())];
-        while let Some((ino, path)) = stack.pop() {
-            let n = self.node(ino)?;
-            for (cname, &c) in &n.children {
-                let mut cp = path.clone();
-                cp.push(b'/');
-                cp.extend_from_slice(cname.as_bytes());
-                stack.push((c, cp));
-            }
-            moved.push((ino, path));
-        }
-        let handle = self
-            .db
-            .collection(&coll)
-            .map_err(|err| engine_err(&coll, &old_base, &err))?;
-        for (ino, old) in &moved {
-            let mut new = new_base.clone();
-            new.extend_from_slice(&old[old_base.len()..]);
-            if new.len() + 2 > basalt_engine::MAX_KEY_LEN {
-                return Err(e(libc::ENAMETOOLONG));
-            }
-            let n = self.node(*ino)?;
-            b.delete(&coll, layout::name_key(old));
-            b.put(&coll, layout::name_key(&new), n.fid.to_be_bytes().to_vec());
-            if n.kind == Kind::File {
-                let doc = match n.storage {
-                    Storage::Chunked => Manifest {
-                        fid: n.fid,
-                        chunk_size: n.chunk_size as u32,
-                    }
-                    .encode(),
-                    Storage::Inline if n.has_doc => handle
-                        .get(old)
-                        .map_err(|err| engine_err(&coll, old, &err))?
-                        .unwrap_or_default(),
-                    Storage::Inline => Vec::new(),
-                };
-                b.delete(&coll, old.clone());
-                b.put(&coll, new, doc);
-            }
-        }
-        unlink_child(self, parent, name);
-        link_child(self, newparent, newname.to_os_string(), src);
-        let now = SystemTime::now();
-        self.node_mut(src)?.ctime = now;
-        self.touch_dir(parent, now);
-        self.touch_dir(newparent, now);
-        for (ino, _) in &moved {
-            self.put_inode(&mut b, *ino, false)?;
-        }
-        self.persist_dir_chain(&mut b, parent)?;
-        self.persist_dir_chain(&mut b, newparent)?;
-        self.put_inode(&mut b, parent, false)?;
-        self.put_inode(&mut b, newparent, false)?;
-        if let Err(err) = b.commit(self) {
-            // Undo the in-memory move; the engine has not changed.
-            unlink_child(self, newparent, newname);
-            link_child(self, parent, name.to_os_string(), src);
-            return Err(engine_err(&coll, &old_base, &err));
-        }
-        for (ino, _) in &moved {
-            if let Some(n) = self.nodes.get_mut(ino) {
-                n.persisted = true;
-                if n.kind == Kind::File && n.storage == Storage::Inline {
-                    n.has_doc = true;
-                }
-            }
-        }
-        self.mark_chain_persisted(parent);
         self.mark_chain_persisted(newparent);
         Ok(())
     }

@@ -1030,7 +1030,8 @@ impl Filesystem for BasaltFs {
     ) {
         self.shared.requests.count(Op::Rename);
         let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
-        if flags.intersects(RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT) {
+        let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
+        if flags.contains(RenameFlags::RENAME_WHITEOUT) || (exchange && noreplace) {
             return reply.error(FErrno::from_i32(libc::EINVAL));
         }
         let (p, np) = (parent.0, newparent.0);
@@ -1041,7 +1042,11 @@ impl Filesystem for BasaltFs {
         {
             return reply.error(FErrno::from_i32(libc::EROFS));
         }
-        let r = if p == ROOT_INO && np == ROOT_INO {
+        let r = if exchange && (p == ROOT_INO || np == ROOT_INO) {
+            Err(Errno(libc::EINVAL)) // collections are not swapped
+        } else if exchange {
+            self.shared.lock().exchange(p, name, np, newname)
+        } else if p == ROOT_INO && np == ROOT_INO {
             self.rename_collection(name, newname, noreplace)
         } else if p == ROOT_INO || np == ROOT_INO {
             Err(Errno(libc::EXDEV))

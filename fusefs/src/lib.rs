@@ -15,6 +15,7 @@ mod load;
 mod mount;
 mod nullfs;
 mod read_pool;
+mod rename;
 mod requests;
 mod state;
 mod views;

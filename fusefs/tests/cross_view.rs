@@ -335,6 +335,100 @@ fn engine_api_writes_while_mounted_are_files_at_once() {
     assert_eq!(doc(&db, "live", "a/big.bin"), b"small now");
 }
 
+/// `renameat2(RENAME_EXCHANGE)` on `a` and `b`.
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let (a, b) = (c(a), c(b));
+    // SAFETY: two valid C strings; AT_FDCWD with absolute paths.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// `RENAME_EXCHANGE` swaps two entries atomically, of the same or different kinds,
+/// in one directory or across two: names, inodes and, for the engine, the documents
+/// under both (a moved directory takes its files' documents to their new paths).
+/// Swapping a directory into itself is EINVAL, a missing entry ENOENT.
+#[test]
+fn rename_exchange_swaps_entries_and_their_documents() {
+    require_fuse!();
+    let (_tmp, data, mp) = data_and_mountpoint();
+    let db = open_db(&data);
+    let h = mount(db.clone(), cfg(&mp)).unwrap();
+    let c = mp.join("x");
+    std::fs::create_dir_all(c.join("dir/sub")).unwrap();
+    std::fs::create_dir(c.join("other")).unwrap();
+    std::fs::write(c.join("a"), b"file a").unwrap();
+    std::fs::write(c.join("b"), b"file b, longer").unwrap();
+    std::fs::write(c.join("dir/sub/deep"), b"deep").unwrap();
+    std::fs::write(c.join("other/f"), b"other f").unwrap();
+    let big = pattern(3, 2 * basalt_fusefs::DEFAULT_CHUNK_SIZE + 5);
+    std::fs::write(c.join("dir/big"), &big).unwrap();
+    let ino = |p: &str| std::fs::metadata(c.join(p)).unwrap().ino();
+    let (ia, ib, idir, iof) = (ino("a"), ino("b"), ino("dir"), ino("other/f"));
+
+    exchange(&c.join("a"), &c.join("b")).unwrap();
+    assert_eq!(std::fs::read(c.join("a")).unwrap(), b"file b, longer");
+    assert_eq!(std::fs::read(c.join("b")).unwrap(), b"file a");
+    assert_eq!((ino("a"), ino("b")), (ib, ia));
+
+    // A directory and a file in another directory.
+    exchange(&c.join("dir"), &c.join("other/f")).unwrap();
+    assert_eq!(std::fs::read(c.join("dir")).unwrap(), b"other f");
+    assert_eq!(ino("dir"), iof);
+    assert_eq!(ino("other/f"), idir);
+    assert_eq!(std::fs::read(c.join("other/f/sub/deep")).unwrap(), b"deep");
+    assert_bytes(
+        &std::fs::read(c.join("other/f/big")).unwrap(),
+        &big,
+        "moved big",
+    );
+    assert_eq!(std::fs::metadata(c.join("other")).unwrap().nlink(), 3);
+
+    let err = |r: std::io::Result<()>| r.unwrap_err().raw_os_error();
+    assert_eq!(
+        err(exchange(&c.join("other"), &c.join("other/f/sub"))),
+        Some(libc::EINVAL)
+    );
+    assert_eq!(
+        err(exchange(&c.join("a"), &c.join("missing"))),
+        Some(libc::ENOENT)
+    );
+    h.unmount().unwrap();
+
+    for (key, want) in [
+        ("a", &b"file b, longer"[..]),
+        ("b", b"file a"),
+        ("dir", b"other f"),
+        ("other/f/sub/deep", b"deep"),
+    ] {
+        assert_eq!(doc(&db, "x", key), want, "{key}");
+    }
+    assert_bytes(&doc(&db, "x", "other/f/big"), &big, "big by the engine");
+    assert!(db.get("x", b"dir/sub/deep").unwrap().is_none());
+    assert!(
+        db.get("x", b"other/f").unwrap().is_none(),
+        "a directory now"
+    );
+    let h = mount(db.clone(), cfg(&mp)).unwrap();
+    assert_eq!(names(&c), ["a", "b", "dir", "other"]);
+    assert_eq!(names(&c.join("other/f")), ["big", "sub"]);
+    assert_eq!(std::fs::read(c.join("dir")).unwrap(), b"other f");
+    h.unmount().unwrap();
+}
+
 /// Collections created, renamed (also two swapping names) and dropped through the
 /// engine API while mounted show in the root at once; a renamed collection keeps its
 /// files and an open file in it stays usable; a dropped one's files go, its unflushed

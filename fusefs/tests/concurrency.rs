@@ -1,6 +1,6 @@
-//! Several processes create, write, truncate, rename and unlink files in the same
-//! directories at once; the tree must match the union of their models, before and
-//! after a remount.
+//! Several processes create, write, truncate, rename, exchange (`RENAME_EXCHANGE`) and
+//! unlink files in the same directories at once; the tree must match the union of their
+//! models, before and after a remount.
 
 mod common;
 

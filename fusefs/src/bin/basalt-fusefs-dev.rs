@@ -14,11 +14,11 @@
 //! getrusage and /proc/PID/stat): on a busy machine rates vary, CPU per file less.
 //!
 //! `basalt-fusefs-dev churn --dir DIR --id N --ops M --seed S` runs a random mix of
-//! creates, writes, truncates, renames and unlinks of its own files spread over the
+//! creates, writes, truncates, renames, exchanges (`RENAME_EXCHANGE`) and unlinks of its own files spread over the
 //! shared subdirectories `d0`..`d3` of DIR (which must exist), then prints its model
 //! of the files it owns: `path<TAB>length<TAB>fnv1a` per line (concurrency tests).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use basalt_engine::{Db, Durability, Options};
@@ -228,12 +228,23 @@ fn churn(mut args: impl Iterator<Item = String>) -> ExitCode {
                         model.get_mut(&p).expect("own file").resize(len, 0);
                     }
                 }
-                6..=7 => {
+                6 => {
                     if let Some(p) = pick(rng) {
                         let q = fresh(rng);
                         std::fs::rename(dir.join(&p), dir.join(&q))?;
                         let d = model.remove(&p).expect("own file");
                         model.insert(q, d);
+                    }
+                }
+                7 => {
+                    if let (Some(p), Some(q)) = (pick(rng), pick(rng)) {
+                        if p == q {
+                            continue;
+                        }
+                        exchange(&dir.join(&p), &dir.join(&q))?;
+                        let a = model.remove(&p).expect("own file");
+                        let b = model.insert(q, a).expect("own file");
+                        model.insert(p, b);
                     }
                 }
                 _ => {
@@ -257,6 +268,29 @@ fn churn(mut args: impl Iterator<Item = String>) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// Swaps two paths at once (`renameat2` with `RENAME_EXCHANGE`).
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c =
+        |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
+    let (a, b) = (c(a)?, c(b)?);
+    // SAFETY: two valid C strings; AT_FDCWD.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 

@@ -909,21 +909,29 @@ impl Db {
             }
         }
         drop(cat);
+        // The ids as resolved for the commit, for observers (a rename may follow).
+        let ids: Vec<CollId> = match self.inner.observers.active() {
+            true => ops.iter().map(|op| op.0).collect(),
+            false => Vec::new(),
+        };
         let seqno = self.inner.commit(CommitOps::User(ops))?;
         self.inner.observers.tell(|| {
             batch
                 .ops()
                 .iter()
-                .map(|op| match op {
+                .zip(ids)
+                .map(|(op, collection_id)| match op {
                     BatchOp::Put {
                         collection, key, ..
                     } => Written {
                         collection,
+                        collection_id,
                         key,
                         deleted: false,
                     },
                     BatchOp::Delete { collection, key } => Written {
                         collection,
+                        collection_id,
                         key,
                         deleted: true,
                     },
@@ -1108,6 +1116,7 @@ impl Collection {
         inner.observers.tell(|| {
             vec![Written {
                 collection: &self.name,
+                collection_id: self.id,
                 key,
                 deleted: kind == Kind::Delete,
             }]

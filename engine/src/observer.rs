@@ -8,7 +8,10 @@ use std::sync::Arc;
 /// One committed write, as told to an observer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Written<'a> {
+    /// The collection's name when written.
     pub collection: &'a str,
+    /// The collection's id, which a later rename keeps.
+    pub collection_id: crate::record::CollId,
     pub key: &'a [u8],
     /// A delete (tombstone) rather than a put.
     pub deleted: bool,
@@ -41,6 +44,11 @@ impl Observers {
         let mut l = self.list.write();
         l.retain(|(i, _)| *i != id);
         self.any.store(!l.is_empty(), Ordering::SeqCst);
+    }
+
+    /// Whether any observer is registered (one atomic load).
+    pub fn active(&self) -> bool {
+        self.any.load(Ordering::SeqCst)
     }
 
     /// Tells every observer about the writes `build` lists (built only when one is

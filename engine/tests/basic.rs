@@ -608,8 +608,8 @@ fn check_passes_on_a_clean_directory_and_counts_documents() {
 }
 
 /// Observers hear of every committed put and delete (batches and single writes, each
-/// write visible to reads when told), and of nothing that failed or came after they
-/// stopped observing.
+/// write visible to reads when told, with its collection's name and id), and of
+/// nothing that failed or came after they stopped observing.
 #[test]
 fn write_observers_are_told_each_committed_write_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -623,6 +623,8 @@ fn write_observers_are_told_each_committed_write_once() {
             .iter()
             .map(|w| {
                 let visible = reader.get(w.collection, w.key).unwrap().is_some() != w.deleted;
+                let id = reader.collection(w.collection).unwrap().id();
+                assert_eq!(w.collection_id, id, "{}", w.collection);
                 (w.collection.to_string(), w.key.to_vec(), w.deleted, visible)
             })
             .collect();

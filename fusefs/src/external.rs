@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use basalt_engine::{WriteObserver, Written};
+use basalt_engine::{CollId, WriteObserver, Written};
 
 use crate::layout::{self, Kind, Manifest, Storage};
 use crate::load::{ensure_dirs_noting, link_child};
@@ -47,11 +47,15 @@ pub fn own<T>(mount: u64, f: impl FnOnce() -> T) -> T {
     r
 }
 
-/// Keys (collection, document key) written from outside one mount, not taken in yet.
+/// Keys written from outside one mount, not taken in yet: (engine collection id,
+/// document key). By id, since the collection may be renamed before they are.
+pub type Keys = BTreeSet<(CollId, Vec<u8>)>;
+
+/// The keys written from outside one mount and not taken in yet.
 pub struct External {
     /// The mount's id, as its commits are marked with [`own`].
     pub id: u64,
-    pending: Mutex<BTreeSet<(String, Vec<u8>)>>,
+    pending: Mutex<Keys>,
     any: AtomicBool,
 }
 
@@ -78,7 +82,7 @@ impl External {
         }
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         for w in ws.iter().filter(|w| !layout::is_internal_key(w.key)) {
-            p.insert((w.collection.to_string(), w.key.to_vec()));
+            p.insert((w.collection_id, w.key.to_vec()));
         }
         if !p.is_empty() {
             self.any.store(true, Ordering::SeqCst);
@@ -86,7 +90,7 @@ impl External {
     }
 
     /// The queued keys, if any (one atomic load when there are none).
-    pub fn take(&self) -> Option<BTreeSet<(String, Vec<u8>)>> {
+    pub fn take(&self) -> Option<Keys> {
         if !self.any.load(Ordering::SeqCst) {
             return None;
         }
@@ -117,10 +121,20 @@ type Stored = Option<(u64, Option<Manifest>)>;
 impl State {
     /// Takes in documents written through the engine API (see the module docs);
     /// returns what the kernel must forget. Failures are logged and skip the key.
-    pub fn take_in(&mut self, keys: BTreeSet<(String, Vec<u8>)>) -> Vec<Forget> {
+    pub fn take_in(&mut self, keys: Keys) -> Vec<Forget> {
         let mut out = Vec::new();
-        for (coll, key) in keys {
-            if let Err(Errno(e)) = self.take_in_one(&coll, &key, &mut out) {
+        // A collection the mount does not have was dropped (its documents are gone
+        // with it) or is loaded whole by `take_in_catalog`.
+        let mounted: std::collections::HashMap<CollId, (u32, String)> = self
+            .colls
+            .iter()
+            .map(|(&cid, c)| (c.engine_id, (cid, c.name.clone())))
+            .collect();
+        for (engine_id, key) in keys {
+            let Some((cid, coll)) = mounted.get(&engine_id) else {
+                continue;
+            };
+            if let Err(Errno(e)) = self.take_in_one(*cid, coll, &key, &mut out) {
                 eprintln!(
                     "basalt-fusefs: cannot show {coll}/{} written through the engine API: {}",
                     String::from_utf8_lossy(&key),
@@ -131,12 +145,13 @@ impl State {
         out
     }
 
-    fn take_in_one(&mut self, coll: &str, key: &[u8], out: &mut Vec<Forget>) -> Result<(), Errno> {
-        // A collection the mount does not have was dropped (its documents are gone
-        // with it) or is loaded whole by `take_in_catalog`.
-        let Some(&cid) = self.coll_by_name.get(coll) else {
-            return Ok(());
-        };
+    fn take_in_one(
+        &mut self,
+        cid: u32,
+        coll: &str,
+        key: &[u8],
+        out: &mut Vec<Forget>,
+    ) -> Result<(), Errno> {
         let Some(parts) = layout::split_path(key) else {
             return Ok(()); // no path form: never shown (see `load`)
         };

@@ -431,7 +431,8 @@ fn rename_exchange_swaps_entries_and_their_documents() {
 
 /// Collections created, renamed (also two swapping names) and dropped through the
 /// engine API while mounted show in the root at once; a renamed collection keeps its
-/// files and an open file in it stays usable; a dropped one's files go, its unflushed
+/// files (and takes in a document written under its old name) and an open file in it
+/// stays usable; a dropped one's files go, its unflushed
 /// writes with it (nothing brings the collection back), and a remount shows the same.
 #[test]
 fn engine_api_collection_changes_while_mounted_show_at_once() {
@@ -462,6 +463,8 @@ fn engine_api_collection_changes_while_mounted_show_at_once() {
 
     db.create_collection("made").unwrap();
     db.put("made", b"d/doc.txt", b"by the engine").unwrap();
+    // Written under the old name, taken in after the rename.
+    db.put("a", b"late", b"before the rename").unwrap();
     db.rename_collection("a", "b").unwrap();
     db.rename_collection("x", "tmp").unwrap();
     db.rename_collection("y", "x").unwrap();
@@ -474,6 +477,10 @@ fn engine_api_collection_changes_while_mounted_show_at_once() {
         b"by the engine"
     );
     assert_eq!(std::fs::read(mp.join("b/f")).unwrap(), b"a");
+    assert_eq!(
+        std::fs::read(mp.join("b/late")).unwrap(),
+        b"before the rename"
+    );
     assert_eq!(std::fs::read(mp.join("x/f")).unwrap(), b"y");
     assert_eq!(std::fs::read(mp.join("y/f")).unwrap(), b"x");
     open.write_all(b"A, renamed").unwrap();

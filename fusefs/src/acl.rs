@@ -89,39 +89,40 @@ impl Acl {
         self.0.len() == 3
     }
 
-    /// The entry standing for the mode's group bits: the mask if any, else the group.
-    fn group_class(&mut self) -> Option<&mut Entry> {
-        let at = self
-            .0
-            .iter()
-            .position(|e| e.tag == MASK)
-            .or_else(|| self.0.iter().position(|e| e.tag == GROUP_OBJ))?;
-        self.0.get_mut(at)
+    /// The entries the mode's three classes stand for, with the shift of each class's
+    /// bits in the mode: the owner (6), the group class (3: the mask if there is one,
+    /// else the owning group) and other (0).
+    fn classes(&self) -> impl Iterator<Item = (usize, u16)> {
+        let at = |tag| self.0.iter().position(|e| e.tag == tag);
+        let group = at(MASK).or_else(|| at(GROUP_OBJ));
+        [(at(USER_OBJ), 6), (group, 3), (at(OTHER), 0)]
+            .into_iter()
+            .filter_map(|(i, shift)| Some((i?, shift)))
     }
 
+    /// Sets each class entry's permissions to `f(its permissions, the class's bits
+    /// of perm)`.
+    fn apply(&mut self, perm: u16, f: impl Fn(u16, u16) -> u16) {
+        for (i, shift) in self.classes().collect::<Vec<_>>() {
+            let e = &mut self.0[i];
+            e.perm = f(e.perm, perm >> shift & 7);
+        }
+    }
+
+    #[cfg(test)]
     fn entry(&mut self, tag: u16) -> Option<&mut Entry> {
         self.0.iter_mut().find(|e| e.tag == tag)
     }
 
     /// The permission bits (0o777) this ACL gives the mode.
     pub fn mode_bits(&self) -> u16 {
-        let mut a = self.clone();
-        let owner = a.entry(USER_OBJ).map_or(0, |e| e.perm);
-        let group = a.group_class().map_or(0, |e| e.perm);
-        let other = a.entry(OTHER).map_or(0, |e| e.perm);
-        owner << 6 | group << 3 | other
+        self.classes()
+            .fold(0, |bits, (i, shift)| bits | self.0[i].perm << shift)
     }
 
     /// Takes the owner, group class and other permissions from `perm` (a chmod).
     pub fn chmod(&mut self, perm: u16) {
-        for (tag, shift) in [(USER_OBJ, 6), (OTHER, 0)] {
-            if let Some(e) = self.entry(tag) {
-                e.perm = perm >> shift & 7;
-            }
-        }
-        if let Some(e) = self.group_class() {
-            e.perm = perm >> 3 & 7;
-        }
+        self.apply(perm, |_, new| new);
     }
 
     /// A new node's access ACL from its directory's default ACL and the mode it was
@@ -129,14 +130,7 @@ impl Acl {
     /// permission bits and the ACL.
     pub fn for_new(&self, perm: u16) -> (u16, Acl) {
         let mut a = self.clone();
-        for (tag, shift) in [(USER_OBJ, 6), (OTHER, 0)] {
-            if let Some(e) = a.entry(tag) {
-                e.perm &= perm >> shift & 7;
-            }
-        }
-        if let Some(e) = a.group_class() {
-            e.perm &= perm >> 3 & 7;
-        }
+        a.apply(perm, |old, asked| old & asked);
         (a.mode_bits(), a)
     }
 }

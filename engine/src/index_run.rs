@@ -509,7 +509,14 @@ impl Run {
         crate::uring::with_batch::<&DataFile, _>(ring, poll, |batch| {
             let mut on_done = |k: usize, r: &ReadReq<&DataFile>| -> Result<()> {
                 let pages = (r.done == r.buf.len()).then_some(&r.buf[..]);
-                out[k] = Some(self.loaded(idx[k], pages, true, counters)?);
+                // A read merged into its neighbour's device read adds bytes, not a read.
+                let counted = if r.merged {
+                    io.bytes.fetch_add(r.buf.len() as u64, Ordering::Relaxed);
+                    None
+                } else {
+                    counters
+                };
+                out[k] = Some(self.loaded(idx[k], pages, true, counted)?);
                 Ok(())
             };
             for &i in idx {

@@ -361,7 +361,9 @@ impl Inner {
 
     /// Reads the file ranges `spans` (`(segment, offset, length)`), all submitted at
     /// once (io_uring) or one `pread` each, and hands each completed read to `on_done`
-    /// with its index. Counted as point-read device reads.
+    /// with its index. Counted as point-read device reads. They are queued in file
+    /// order, so that ranges which continue each other (a block's head page and its
+    /// value's pages, the next block's) go to the device as one read.
     pub(crate) fn read_spans(
         &self,
         spans: &[(&Arc<Segment>, u64, u32)],
@@ -370,12 +372,15 @@ impl Inner {
         if spans.is_empty() {
             return Ok(());
         }
+        let mut order: Vec<usize> = (0..spans.len()).collect();
+        order.sort_by_key(|&i| (spans[i].0.id, spans[i].1));
         self.with_reader(|reader| {
-            let mut done = |i: usize, r: &ReadReq<Arc<Segment>>| -> Result<()> {
+            let mut done = |k: usize, r: &ReadReq<Arc<Segment>>| -> Result<()> {
                 self.count_read(r);
-                on_done(i, r)
+                on_done(order[k], r)
             };
-            for &(seg, off, len) in spans {
+            for &i in &order {
+                let (seg, off, len) = spans[i];
                 reader.queue(ReadReq::covering(seg.clone(), off, len), &mut done)?;
             }
             reader.finish(&mut done)?;

@@ -277,7 +277,9 @@ impl Inner {
 
     /// Counts a finished point read in the stats.
     pub(crate) fn count_read(&self, r: &ReadReq<Arc<Segment>>) {
-        self.stats.device_reads.fetch_add(1, Ordering::Relaxed);
+        if !r.merged {
+            self.stats.device_reads.fetch_add(1, Ordering::Relaxed);
+        }
         self.stats
             .get_bytes_read
             .fetch_add(r.done as u64, Ordering::Relaxed);

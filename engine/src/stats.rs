@@ -149,8 +149,11 @@ pub struct Stats {
     pub block_cache_hit_rate: f64,
     pub index_cache_hit_rate: f64,
     pub multi_get_batches: u64,
-    /// Reads in flight per io_uring submission: (bucket, submissions).
+    /// Device reads in flight per io_uring submission: (bucket, submissions).
     pub io_queue_depth: Vec<(&'static str, u64)>,
+    /// Reads that went to the device inside the one before them (adjacent in one
+    /// segment file: one vectored read); not counted in `device_reads`.
+    pub reads_merged: u64,
     /// How long an io_uring wait polls for a completion before it sleeps (0: never).
     pub read_poll_micros: u64,
     /// io_uring waits that ended while polling.
@@ -310,6 +313,7 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         },
         multi_get_batches: s.multi_get_batches.load(Ordering::Relaxed),
         io_queue_depth: s.ring.queue_depth.snapshot(),
+        reads_merged: s.ring.merged_reads.load(Ordering::Relaxed),
         read_poll_micros: inner.opts.read_poll_micros,
         read_waits_polled: s.ring.polled_waits.load(Ordering::Relaxed),
         read_waits_slept: s.ring.slept_waits.load(Ordering::Relaxed),

@@ -105,9 +105,12 @@ pub struct RingCounters {
     pub polled_waits: AtomicU64,
     /// Waits that slept (polling off, no polling slot free, or the budget ran out).
     pub slept_waits: AtomicU64,
+    /// Reads that went to the device inside the read queued before them (see
+    /// [`MAX_MERGED_BYTES`]).
+    pub merged_reads: AtomicU64,
 }
 
-/// Histogram of reads in flight per submission: 1, 2-3, 4-7, 8-15, 16-31, 32-63, 64+.
+/// Histogram of device reads in flight per submission: 1, 2-3, 4-7, 8-15, 16-31, 32-63, 64+.
 #[derive(Default, Debug)]
 pub struct QueueDepthHistogram {
     pub buckets: [AtomicU64; 7],
@@ -160,6 +163,9 @@ pub struct ReadReq<T> {
     pub off: u64,
     pub buf: AlignedBuf,
     pub done: usize,
+    /// The read reached the device as part of the read queued before it (the two were
+    /// adjacent in one file: one vectored read), so it cost no device read of its own.
+    pub merged: bool,
 }
 
 impl<T: ReadTarget> ReadReq<T> {
@@ -173,6 +179,7 @@ impl<T: ReadTarget> ReadReq<T> {
             off: start,
             buf: AlignedBuf::for_read((end - start) as usize),
             done: 0,
+            merged: false,
         }
     }
 
@@ -242,6 +249,46 @@ impl<T: ReadTarget> Reader<T> for SyncReader<T> {
 /// (and one doorbell write, which costs a VM exit on a virtual disk) covers several.
 pub const SUBMIT_GROUP: usize = 8;
 
+/// Reads queued one after another that are adjacent in one file (the next starts
+/// where the last ends, or inside its last pages and goes on past it: blocks that
+/// share a page) go to the device as one vectored read (`READV` into each read's own
+/// buffer; a shared page is read once and copied), up to this many bytes and
+/// [`MAX_MERGED_READS`] reads: a filesystem's 1 MiB read of sixteen 64 KiB chunks
+/// written in order is one device request instead of sixteen. Each read is still
+/// handed on by itself, when the whole vectored read has landed.
+pub const MAX_MERGED_BYTES: usize = 2 << 20;
+/// Most reads in one vectored read.
+pub const MAX_MERGED_READS: usize = 64;
+
+/// How each read of a merged group gets its bytes: `(shared, from)` per read, in
+/// order: its first `shared` bytes are also covered by read `from` of the group (the
+/// one reaching furthest so far), which the device read fills and they are copied
+/// from; the rest comes from the device in turn. A read wholly inside the group so
+/// far has all its bytes shared.
+fn group_layout<T>(reqs: &[ReadReq<T>], first: usize, count: usize) -> Vec<(usize, usize)> {
+    let mut front = first;
+    let mut end = reqs[first].off;
+    (first..first + count)
+        .map(|i| {
+            let r = &reqs[i];
+            let r_end = r.off + r.buf.len() as u64;
+            let shared = (end.min(r_end).saturating_sub(r.off)) as usize;
+            let from = front;
+            if r_end > end {
+                (front, end) = (i, r_end);
+            }
+            (shared, from)
+        })
+        .collect()
+}
+
+/// Reads `first..first + count` of a batch, adjacent, going to the device as one.
+struct Group {
+    first: usize,
+    count: usize,
+    /// The reads' buffers, for a vectored read; kept until its completion.
+    iovecs: Vec<libc::iovec>,
+}
 /// Reads in flight on this thread's ring. Reads are queued with [`Reader::push`] as
 /// the caller discovers them, so the device works while the caller resolves the next
 /// key; each finished read is handed to the caller's `on_done(index, req)` as its
@@ -254,7 +301,14 @@ pub struct Batch<'r, T> {
     /// How long a wait polls before it sleeps (zero: never).
     poll: Duration,
     reqs: Vec<ReadReq<T>>,
+    /// Device reads put on the ring; a completion's user data is its index here.
+    groups: Vec<Group>,
+    /// Reads gathered into the next device read, not yet on the ring: `(first, count,
+    /// bytes, the read reaching furthest)`.
+    open: Option<(usize, usize, usize, usize)>,
+    /// Device reads on the submission queue, not yet submitted.
     queued: usize,
+    /// Device reads submitted or queued whose completion has not been reaped.
     inflight: usize,
     /// A first read held back from the ring: if no other joins it and waits do not
     /// poll, `finish` does it with `pread`, which on a lone read costs less kernel time
@@ -321,6 +375,8 @@ impl<'r, T: ReadTarget> Batch<'r, T> {
             counters,
             poll,
             reqs: Vec::new(),
+            groups: Vec::new(),
+            open: None,
             queued: 0,
             inflight: 0,
             held: None,
@@ -335,7 +391,7 @@ impl<'r, T: ReadTarget> Batch<'r, T> {
     fn push_read(&mut self, req: ReadReq<T>, on_done: &mut OnDone<'_, T>) -> Result<()> {
         self.queue_read(req, on_done)?;
         if self.queued >= SUBMIT_GROUP || self.inflight == self.queued {
-            self.submit()?;
+            self.submit(on_done)?;
         }
         self.reap(on_done);
         Ok(())
@@ -355,22 +411,84 @@ impl<'r, T: ReadTarget> Batch<'r, T> {
         self.put_on_ring(self.reqs.len() - 1, on_done)
     }
 
-    /// Puts read `i` on the submission queue.
+    /// Gathers read `i` into the next device read: the open one, if `i` continues it
+    /// in the same file and the group has room, else a new one (the open one goes on
+    /// the submission queue).
     fn put_on_ring(&mut self, i: usize, on_done: &mut OnDone<'_, T>) -> Result<()> {
+        let (off, len) = (self.reqs[i].off, self.reqs[i].buf.len() as u64);
+        if let Some((first, count, bytes, front)) = self.open {
+            let front_r = &self.reqs[front];
+            let end = front_r.off + front_r.buf.len() as u64;
+            let grows = (off + len).saturating_sub(end) as usize;
+            if first + count == i
+                && count < MAX_MERGED_READS
+                && (front_r.off..=end).contains(&off)
+                && bytes + grows <= MAX_MERGED_BYTES
+                && front_r.target.data_file().raw_fd() == self.reqs[i].target.data_file().raw_fd()
+            {
+                let front = if grows > 0 { i } else { front };
+                self.open = Some((first, count + 1, bytes + grows, front));
+                return Ok(());
+            }
+            self.close_open(on_done)?;
+        }
+        self.open = Some((i, 1, len as usize, i));
+        Ok(())
+    }
+
+    /// Puts the open group of reads on the submission queue as one device read (first
+    /// waiting for a completion if the ring is full).
+    fn close_open(&mut self, on_done: &mut OnDone<'_, T>) -> Result<()> {
+        let Some((first, count, _, _)) = self.open.take() else {
+            return Ok(());
+        };
         while self.inflight >= RING_ENTRIES {
             self.wait(on_done)?;
         }
-        let req = &mut self.reqs[i];
-        let e = opcode::Read::new(
-            types::Fd(req.target.data_file().raw_fd()),
-            req.buf.as_mut_ptr(),
-            req.buf.len() as u32,
-        )
-        .offset(req.off)
-        .build()
-        .user_data(i as u64);
-        // SAFETY: the buffer's heap block lives in `self.reqs` until its completion
-        // has arrived: `wait` and `Drop` collect every completion before it goes.
+        let fd = types::Fd(self.reqs[first].target.data_file().raw_fd());
+        let off = self.reqs[first].off;
+        let mut group = Group {
+            first,
+            count,
+            iovecs: Vec::new(),
+        };
+        let e = if count == 1 {
+            let buf = &mut self.reqs[first].buf;
+            opcode::Read::new(fd, buf.as_mut_ptr(), buf.len() as u32)
+                .offset(off)
+                .build()
+        } else {
+            let layout = group_layout(&self.reqs, first, count);
+            for (i, (skip, _)) in (first..).zip(layout) {
+                let buf = &mut self.reqs[i].buf;
+                if skip == buf.len() {
+                    continue;
+                }
+                group.iovecs.push(libc::iovec {
+                    // SAFETY: `skip` < the buffer's length (a merged read goes past
+                    // the one before it).
+                    iov_base: unsafe { buf.as_mut_ptr().add(skip) }.cast(),
+                    iov_len: buf.len() - skip,
+                });
+            }
+            self.counters
+                .merged_reads
+                .fetch_add(count as u64 - 1, Ordering::Relaxed);
+            opcode::Readv::new(fd, group.iovecs.as_ptr(), group.iovecs.len() as u32)
+                .offset(off)
+                .build()
+        };
+        self.push_entry(e, group)
+    }
+
+    /// Puts one device read on the submission queue; its completion finds `group`.
+    fn push_entry(&mut self, e: io_uring::squeue::Entry, group: Group) -> Result<()> {
+        let e = e.user_data(self.groups.len() as u64);
+        self.groups.push(group);
+        // SAFETY: the buffers (heap blocks of the reads in `self.reqs`) and the iovec
+        // array (a heap block owned by the group in `self.groups`) live until the
+        // completion has arrived: `wait` and `Drop` collect every completion before
+        // they go, and moving a `Vec` does not move its heap block.
         unsafe {
             self.ring
                 .submission()
@@ -382,8 +500,10 @@ impl<'r, T: ReadTarget> Batch<'r, T> {
         Ok(())
     }
 
-    /// Submits every queued read without waiting.
-    fn submit(&mut self) -> Result<()> {
+    /// Submits every queued read without waiting (for a completion only if the ring
+    /// is full).
+    fn submit(&mut self, on_done: &mut OnDone<'_, T>) -> Result<()> {
+        self.close_open(on_done)?;
         if self.queued == 0 {
             return Ok(());
         }
@@ -421,6 +541,7 @@ impl<'r, T: ReadTarget> Batch<'r, T> {
                 self.err.get_or_insert(e);
             }
         }
+        self.close_open(on_done)?;
         while self.inflight > 0 {
             self.wait(on_done)?;
         }
@@ -433,6 +554,7 @@ impl<'r, T: ReadTarget> Batch<'r, T> {
     /// Submits what is queued and waits until at least one completion is there:
     /// polling for up to the budget if a polling slot is free, else (or then) asleep.
     fn wait(&mut self, on_done: &mut OnDone<'_, T>) -> Result<()> {
+        self.close_open(on_done)?;
         self.mark_submitted();
         WAITERS.fetch_add(1, Ordering::AcqRel);
         let waited = self.poll_for_completion().and_then(|polled| {
@@ -495,30 +617,51 @@ impl<'r, T: ReadTarget> Batch<'r, T> {
         }
     }
 
-    /// Hands on every completion already posted (no system call).
+    /// Hands on every completion already posted (no system call): each read of the
+    /// device read that completed, in order, with its share of the bytes.
     fn reap(&mut self, on_done: &mut OnDone<'_, T>) {
         for cqe in self.ring.completion() {
             self.inflight -= 1;
             if self.err.is_some() {
                 continue;
             }
-            let r = &mut self.reqs[cqe.user_data() as usize];
+            let g = &self.groups[cqe.user_data() as usize];
+            let reads = g.first..g.first + g.count;
             if cqe.result() < 0 {
                 let err = std::io::Error::from_raw_os_error(-cqe.result());
-                self.err = Some(Error::io(r.target.data_file().path(), err));
+                let path = self.reqs[reads.start].target.data_file().path();
+                self.err = Some(Error::io(path, err));
                 continue;
             }
-            r.done = cqe.result() as usize;
-            r.target.data_file().account_read(r.done);
-            // A short read that is not at EOF: finish it with pread.
-            if r.done < r.buf.len() {
-                if let Err(e) = r.read_sync() {
-                    self.err = Some(e);
-                    continue;
+            let mut got = cqe.result() as usize;
+            self.reqs[reads.start].target.data_file().account_read(got);
+            let layout = group_layout(&self.reqs, reads.start, reads.len());
+            for (i, (skip, from)) in reads.clone().zip(layout) {
+                // The shared bytes, if the read they are in got them.
+                let at = (self.reqs[i].off - self.reqs[from].off) as usize;
+                let have = skip == 0 || self.reqs[from].done >= at + skip;
+                if skip > 0 && have {
+                    let (before, rest) = self.reqs.split_at_mut(i);
+                    rest[0].buf[..skip].copy_from_slice(&before[from].buf[at..at + skip]);
                 }
-            }
-            if let Err(e) = on_done(cqe.user_data() as usize, r) {
-                self.err = Some(e);
+                let r = &mut self.reqs[i];
+                let own = got.min(r.buf.len() - skip);
+                // Without the shared bytes the read counts as not started: `read_sync`
+                // below reads it whole.
+                r.done = if have { skip + own } else { 0 };
+                r.merged = i != reads.start;
+                got -= own;
+                // A short read that is not at EOF: finish it with pread.
+                if r.done < r.buf.len() {
+                    if let Err(e) = r.read_sync() {
+                        self.err = Some(e);
+                        break;
+                    }
+                }
+                if let Err(e) = on_done(i, r) {
+                    self.err = Some(e);
+                    break;
+                }
             }
         }
     }
@@ -539,6 +682,7 @@ impl<T: ReadTarget> Reader<T> for Batch<'_, T> {
 
     fn recycle(&mut self) {
         assert_eq!(self.inflight, 0, "recycle with reads in flight");
+        self.groups.clear();
         for r in self.reqs.drain(..) {
             r.buf.recycle();
         }
@@ -661,8 +805,9 @@ mod tests {
                 landed += 1;
                 Ok(())
             };
+            // Every other page: no two reads adjacent, so none merge.
             for p in 0..40 {
-                b.queue(ReadReq::covering(&f, (p * PAGE) as u64, 1), &mut count)?;
+                b.queue(ReadReq::covering(&f, (2 * p * PAGE) as u64, 1), &mut count)?;
             }
             b.finish(&mut count)?;
             b.recycle();
@@ -874,7 +1019,10 @@ mod tests {
                 Ok(())
             };
             for p in 0..100 {
-                b.queue(ReadReq::covering(&f, (p * PAGE) as u64, 1), &mut fail_third)?;
+                b.queue(
+                    ReadReq::covering(&f, (2 * p * PAGE) as u64, 1),
+                    &mut fail_third,
+                )?;
             }
             let res = b.finish(&mut fail_third);
             assert_eq!(b.inflight, 0, "finish returned with reads in flight");
@@ -889,5 +1037,146 @@ mod tests {
             Some(&2),
             "reads were handed on after the error"
         );
+    }
+
+    /// Per read: `(done, merged, every byte right)`; the submissions' queue depths; the
+    /// count of merged reads.
+    type Runs = (Vec<(usize, bool, bool)>, Vec<(&'static str, u64)>, u64);
+
+    /// Queues a read of each `(file, first page, pages)` on a fresh batch (see [`Runs`]).
+    fn read_runs(files: &[&DataFile], reads: &[(usize, usize, usize)]) -> Runs {
+        let rc = RingCounters::default();
+        let mut got: Vec<Option<(usize, bool, bool)>> = vec![None; reads.len()];
+        with_batch(&rc, Duration::ZERO, |b: &mut Batch<'_, &DataFile>| {
+            let mut keep = |i: usize, r: &ReadReq<&DataFile>| -> Result<()> {
+                let first = reads[i].1;
+                let right = r.buf[..r.done]
+                    .chunks(PAGE)
+                    .enumerate()
+                    .all(|(k, page)| page.iter().all(|&x| x == ((first + k) % 251) as u8));
+                assert!(got[i].is_none(), "read {i} handed on twice");
+                got[i] = Some((r.done, r.merged, right));
+                Ok(())
+            };
+            for &(f, page, pages) in reads {
+                let req = ReadReq::covering(files[f], (page * PAGE) as u64, (pages * PAGE) as u32);
+                b.queue(req, &mut keep)?;
+            }
+            b.finish(&mut keep)?;
+            b.recycle();
+            Ok(())
+        })
+        .unwrap();
+        let depths = rc
+            .queue_depth
+            .snapshot()
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        let got = got
+            .into_iter()
+            .map(|g| g.expect("every read handed on"))
+            .collect();
+        (got, depths, rc.merged_reads.load(Ordering::Relaxed))
+    }
+
+    /// Every read of `reads` came back whole with its own bytes; all but the first
+    /// merged into the one device read.
+    fn assert_one_device_read(reads: &[(usize, usize, usize)], (got, depths, merged): Runs) {
+        for (i, (done, was_merged, right)) in got.iter().enumerate() {
+            assert_eq!(*done, reads[i].2 * PAGE, "read {i} is short");
+            assert!(right, "read {i} got another read's bytes");
+            assert_eq!(*was_merged, i > 0, "read {i}: merged flag");
+        }
+        assert_eq!(
+            merged as usize,
+            reads.len() - 1,
+            "all reads joined the first"
+        );
+        assert_eq!(depths, vec![("1", 1)], "one device read, submitted once");
+    }
+
+    #[test]
+    fn adjacent_reads_go_to_the_device_as_one_vectored_read_each_with_its_own_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = patterned_file(dir.path());
+        let direct_dir = tempfile::tempdir().unwrap();
+        let direct = direct_patterned_file(direct_dir.path());
+        for f in std::iter::once(&plain).chain(direct.as_ref()) {
+            // Forty reads of 1-3 pages, each starting where the last ended.
+            let mut reads = Vec::new();
+            let mut page = 3;
+            for k in 0..40 {
+                reads.push((0, page, 1 + k % 3));
+                page += 1 + k % 3;
+            }
+            assert_one_device_read(&reads, read_runs(&[f], &reads));
+            // Blocks that share a page: each read of 17 pages starts in the last page
+            // of the one before (the engine's unpadded 64 KiB chunks).
+            let shared: Vec<_> = (0..12).map(|k| (0, 1 + 16 * k, 17)).collect();
+            assert_one_device_read(&shared, read_runs(&[f], &shared));
+            // With the heads cached: each block's head page, then its value's pages,
+            // the last of which is the next block's head page (read wholly inside the
+            // one before it).
+            let parts: Vec<_> = (0..12)
+                .flat_map(|k| [(0, 16 * k, 1), (0, 16 * k + 1, 16)])
+                .collect();
+            assert_one_device_read(&parts, read_runs(&[f], &parts));
+        }
+    }
+
+    #[test]
+    fn merging_stops_at_a_gap_another_file_and_the_read_count_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = patterned_file(dir.path());
+        let dir_b = tempfile::tempdir().unwrap();
+        let b = patterned_file(dir_b.path());
+        // A gap, another file, a read inside the last (joins), one starting before it.
+        let mut reads = vec![
+            (0, 0, 1),
+            (0, 1, 1),
+            (0, 3, 1),
+            (0, 4, 1),
+            (1, 5, 1),
+            (1, 6, 1),
+        ];
+        reads.extend([(1, 6, 1), (1, 5, 2)]);
+        // Then a run of MAX_MERGED_READS + 6 adjacent pages: two device reads.
+        reads.extend((0..MAX_MERGED_READS + 6).map(|k| (0, 10 + k, 1)));
+        let (got, _, merged) = read_runs(&[&a, &b], &reads);
+        let flags: Vec<bool> = got.iter().map(|g| g.1).collect();
+        assert_eq!(
+            &flags[..8],
+            &[false, true, false, true, false, true, true, false]
+        );
+        assert!(!flags[8] && flags[9..8 + MAX_MERGED_READS].iter().all(|&m| m));
+        assert!(
+            !flags[8 + MAX_MERGED_READS],
+            "the read past the limit starts a new one"
+        );
+        assert!(
+            got.iter().all(|g| g.0 >= PAGE && g.2),
+            "short or wrong bytes: {got:?}"
+        );
+        assert_eq!(got[7].0, 2 * PAGE);
+        assert_eq!(merged as usize, 4 + (MAX_MERGED_READS - 1) + 5);
+    }
+
+    #[test]
+    fn merged_reads_past_the_end_of_the_file_come_back_short_not_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = patterned_file(dir.path());
+        let last = PAGES - 1;
+        let reads = [
+            (0, last - 1, 1),
+            (0, last, 1),
+            (0, PAGES, 1),
+            (0, PAGES + 1, 2),
+        ];
+        let (got, _, merged) = read_runs(&[&f], &reads);
+        let done: Vec<usize> = got.iter().map(|g| g.0).collect();
+        assert_eq!(done, vec![PAGE, PAGE, 0, 0]);
+        assert!(got.iter().all(|g| g.2));
+        assert_eq!(merged, 3);
     }
 }

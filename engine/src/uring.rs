@@ -163,8 +163,8 @@ pub struct ReadReq<T> {
     pub off: u64,
     pub buf: AlignedBuf,
     pub done: usize,
-    /// The read reached the device as part of the read queued before it (the two were
-    /// adjacent in one file: one vectored read), so it cost no device read of its own.
+    /// The read reached the device as part of the reads queued before it (it continued
+    /// them in one file: one vectored read), so it cost no device read of its own.
     pub merged: bool,
 }
 
@@ -289,6 +289,7 @@ struct Group {
     /// The reads' buffers, for a vectored read; kept until its completion.
     iovecs: Vec<libc::iovec>,
 }
+
 /// Reads in flight on this thread's ring. Reads are queued with [`Reader::push`] as
 /// the caller discovers them, so the device works while the caller resolves the next
 /// key; each finished read is handed to the caller's `on_done(index, req)` as its
@@ -465,8 +466,8 @@ impl<'r, T: ReadTarget> Batch<'r, T> {
                     continue;
                 }
                 group.iovecs.push(libc::iovec {
-                    // SAFETY: `skip` < the buffer's length (a merged read goes past
-                    // the one before it).
+                    // SAFETY: `skip` < the buffer's length (a read wholly shared
+                    // was skipped above).
                     iov_base: unsafe { buf.as_mut_ptr().add(skip) }.cast(),
                     iov_len: buf.len() - skip,
                 });

@@ -793,6 +793,35 @@ impl Db {
         &self.inner.dir
     }
 
+    /// Durably replaces the small file `name` that another component keeps beside the
+    /// engine's own files (the filesystem keeps its mount root's attributes so):
+    /// written whole to a temporary file, synced, renamed over `<dir>/<name>.aux`, and
+    /// the directory synced, so a crash leaves the old or the new bytes. `name` is
+    /// 1-64 of `[A-Za-z0-9_-]`, which no engine file name takes.
+    pub fn write_aux(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        if self.inner.read_only {
+            return Err(Error::InvalidArgument(format!(
+                "{}: opened read-only",
+                self.inner.dir.display()
+            )));
+        }
+        crate::io::write_file_atomic(
+            &aux_path(&self.inner.dir, name)?,
+            bytes,
+            &self.inner.counters,
+        )
+    }
+
+    /// The bytes of the file [`Db::write_aux`] last wrote as `name`, if any.
+    pub fn read_aux(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let path = aux_path(&self.inner.dir, name)?;
+        match std::fs::read(&path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(&path, e)),
+        }
+    }
+
     /// The options the engine runs with.
     pub fn options(&self) -> &Options {
         &self.inner.opts
@@ -1078,6 +1107,20 @@ impl Db {
         drop(self);
         r
     }
+}
+
+/// Where [`Db::write_aux`] keeps `name`, once `name` is checked.
+fn aux_path(dir: &Path, name: &str) -> Result<PathBuf> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
+    if !ok {
+        return Err(Error::InvalidArgument(format!(
+            "auxiliary file name {name:?}: 1-64 of [A-Za-z0-9_-]"
+        )));
+    }
+    Ok(dir.join(format!("{name}.aux")))
 }
 
 impl Collection {

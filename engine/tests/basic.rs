@@ -676,3 +676,54 @@ fn catalog_changes_count_successful_collection_changes_only() {
     db.drop_collection("b").unwrap();
     assert_eq!(db.catalog_changes(), 4);
 }
+
+#[test]
+fn auxiliary_files_are_replaced_whole_kept_across_reopen_and_named_safely() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Db::open(dir.path(), small_opts()).unwrap();
+        assert_eq!(db.read_aux("fs-root").unwrap(), None, "nothing written yet");
+        db.write_aux("fs-root", b"first version, longer").unwrap();
+        db.write_aux("fs-root", b"second").unwrap();
+        assert_eq!(
+            db.read_aux("fs-root").unwrap().as_deref(),
+            Some(&b"second"[..])
+        );
+        for bad in [
+            "",
+            "a/b",
+            "..",
+            "CHECKPOINT.aux/x",
+            "with space",
+            &"x".repeat(65),
+        ] {
+            let e = db.write_aux(bad, b"x").unwrap_err();
+            assert!(
+                e.to_string().contains("auxiliary file name"),
+                "{bad:?}: {e}"
+            );
+            assert!(db.read_aux(bad).is_err(), "{bad:?} read");
+        }
+        let c = db.create_collection("c").unwrap();
+        c.put(b"k", b"v").unwrap();
+    }
+    let files: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("fs-root"))
+        .collect();
+    assert_eq!(files, ["fs-root.aux"], "no temporary file left behind");
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    assert_eq!(
+        db.read_aux("fs-root").unwrap().as_deref(),
+        Some(&b"second"[..])
+    );
+    let c = db.collection("c").unwrap();
+    assert_eq!(
+        c.get(b"k").unwrap().as_deref(),
+        Some(&b"v"[..]),
+        "the engine ignores it"
+    );
+    let report = basalt_engine::check(dir.path()).unwrap();
+    assert!(report.is_ok(), "{:?}", report.problems);
+}

@@ -756,10 +756,6 @@ impl BasaltFs {
         }
         n.ctime = now;
         n.meta_dirty = true;
-        if ino == ROOT_INO {
-            n.meta_dirty = false;
-            return Ok(attr_of(n));
-        }
         st.mark_dirty(ino);
         st.flush_node(ino)?;
         Ok(attr_of(st.node(ino)?))

@@ -24,6 +24,10 @@ pub const PATCH_PAGE: u64 = 4096;
 pub const INODE_PREFIX: &[u8] = b"\0I";
 /// Prefix of name records.
 pub const NAME_PREFIX: &[u8] = b"\0N";
+/// The mount root's attributes (mode, owner, times, xattrs: an inode record) live
+/// outside every collection, in the engine's auxiliary file of this name
+/// (`Db::write_aux`).
+pub const ROOT_AUX: &str = "fusefs-root";
 
 /// `prefix` followed by `parts` (big-endian numbers).
 fn key(prefix: &[u8], parts: &[&[u8]]) -> Vec<u8> {

@@ -162,6 +162,32 @@ fn parse_options(cfg: &MountConfig) -> Result<(FsOptions, Vec<MountOption>), FsE
     Ok((o, m))
 }
 
+/// The mount root as last stored (`layout::ROOT_AUX`), or a fresh 0755 root-owned
+/// directory. A stored record that does not decode as a directory is reported and
+/// left in place; the root then starts fresh.
+fn root_node(db: &Db, now: SystemTime) -> Result<Node, FsError> {
+    let fresh = Node::new(ROOT_INO, 0, 0, Kind::Dir, 0o755, now);
+    let stored = db
+        .read_aux(crate::layout::ROOT_AUX)
+        .map_err(|e| FsError::engine("reading the mount root's attributes", e))?;
+    let Some(bytes) = stored else {
+        return Ok(fresh);
+    };
+    match crate::layout::InodeRecord::decode(&bytes) {
+        Some(r) if r.kind == Kind::Dir => Ok(Node::from_record(ROOT_INO, 0, 0, &r)),
+        _ => {
+            eprintln!(
+                "basalt-fusefs: {}: {}.aux is no directory record ({} bytes); the mount root \
+                 starts as a fresh 0755 directory",
+                db.path().display(),
+                crate::layout::ROOT_AUX,
+                bytes.len()
+            );
+            Ok(fresh)
+        }
+    }
+}
+
 /// Builds the in-memory state: the root and every collection.
 fn build_state(db: Db, chunk_size: u64, mount_id: u64) -> Result<State, FsError> {
     let now = SystemTime::now();
@@ -179,7 +205,7 @@ fn build_state(db: Db, chunk_size: u64, mount_id: u64) -> Result<State, FsError>
         db,
         mount_id,
     };
-    let mut root = Node::new(ROOT_INO, 0, 0, Kind::Dir, 0o755, now);
+    let mut root = root_node(&st.db, now)?;
     root.nlink = 2;
     root.persisted = true;
     st.nodes.insert(ROOT_INO, root);

@@ -661,6 +661,16 @@ impl State {
             self.dirty_nodes.remove(&ino);
             return Ok(());
         }
+        if ino == ROOT_INO {
+            // The mount root belongs to no collection: its record is a file of its own.
+            let rec = n.record().encode();
+            self.db
+                .write_aux(layout::ROOT_AUX, &rec)
+                .map_err(|e| engine_err("", b"", &e))?;
+            self.node_mut(ino)?.meta_dirty = false;
+            self.dirty_nodes.remove(&ino);
+            return Ok(());
+        }
         // Unread chunks that will be written whole need their stored bytes first.
         let fill: Vec<u64> = (n.dirty.iter())
             .filter(|&(&idx, c)| {

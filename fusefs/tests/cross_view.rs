@@ -599,6 +599,64 @@ fn an_engine_mounts_once_per_process() {
     mount(db.clone(), cfg(&other)).unwrap().unmount().unwrap();
 }
 
+/// The mount root's mode, owner, times and xattrs (`chmod 1777 /mnt` for a shared
+/// scratch area, `chown` for a database's user) are stored when they change and come
+/// back at the next mount; a damaged record is reported and the root starts fresh.
+#[test]
+fn the_mount_roots_attributes_survive_a_remount() {
+    require_fuse!();
+    let (_tmp, data, mp) = data_and_mountpoint();
+    let db = open_db(&data);
+    let h = mount(db.clone(), cfg(&mp)).unwrap();
+    assert_eq!(common::mode(&mp), 0o755, "a fresh root");
+    assert_eq!(db.read_aux("fusefs-root").unwrap(), None);
+    std::fs::set_permissions(&mp, PermissionsExt::from_mode(0o1777)).unwrap();
+    let stored = db.read_aux("fusefs-root").unwrap();
+    assert!(
+        stored.is_some(),
+        "chmod of the root is stored before it returns"
+    );
+    std::os::unix::fs::chown(&mp, Some(1000), Some(1001)).unwrap();
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_500_000_000);
+    let root = std::fs::File::open(&mp).unwrap();
+    root.set_times(std::fs::FileTimes::new().set_modified(t).set_accessed(t))
+        .unwrap();
+    drop(root);
+    let (name, value) = (c"user.purpose", b"scratch");
+    let path = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: valid C strings and a buffer of the given length.
+    let r = unsafe { libc::setxattr(path.as_ptr(), name.as_ptr(), value.as_ptr().cast(), 7, 0) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    std::fs::create_dir(mp.join("c")).unwrap();
+    h.unmount().unwrap();
+
+    let h = mount(db.clone(), cfg(&mp)).unwrap();
+    let m = std::fs::metadata(&mp).unwrap();
+    assert_eq!(m.mode() & 0o7777, 0o1777);
+    assert_eq!((m.uid(), m.gid()), (1000, 1001));
+    assert_eq!(m.modified().unwrap(), t, "mtime as set");
+    let mut got = [0u8; 16];
+    // SAFETY: as above.
+    let n = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            got.as_mut_ptr().cast(),
+            got.len(),
+        )
+    };
+    assert_eq!(&got[..n.max(0) as usize], value, "the root's xattr");
+    assert!(mp.join("c").is_dir(), "collections are unaffected");
+    h.unmount().unwrap();
+
+    // A damaged record: the mount still comes up, with a fresh root.
+    db.write_aux("fusefs-root", b"not a record").unwrap();
+    let h = mount(db.clone(), cfg(&mp)).unwrap();
+    assert_eq!(common::mode(&mp), 0o755);
+    assert!(mp.join("c").is_dir());
+    h.unmount().unwrap();
+}
+
 /// A file with writes the mount has not flushed yet keeps them over a document
 /// written through the engine API meanwhile: its flush rewrites the document, as if the
 /// engine write had come first (the mount and the engine agree after the unmount).

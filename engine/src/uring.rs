@@ -288,6 +288,9 @@ struct Group {
     count: usize,
     /// The reads' buffers, for a vectored read; kept until its completion.
     iovecs: Vec<libc::iovec>,
+    /// [`group_layout`] of a vectored read, kept for its completion (empty for a
+    /// lone read, which shares nothing).
+    layout: Vec<(usize, usize)>,
 }
 
 /// Reads in flight on this thread's ring. Reads are queued with [`Reader::push`] as
@@ -452,6 +455,7 @@ impl<'r, T: ReadTarget> Batch<'r, T> {
             first,
             count,
             iovecs: Vec::new(),
+            layout: Vec::new(),
         };
         let e = if count == 1 {
             let buf = &mut self.reqs[first].buf;
@@ -459,8 +463,8 @@ impl<'r, T: ReadTarget> Batch<'r, T> {
                 .offset(off)
                 .build()
         } else {
-            let layout = group_layout(&self.reqs, first, count);
-            for (i, (skip, _)) in (first..).zip(layout) {
+            group.layout = group_layout(&self.reqs, first, count);
+            for (i, &(skip, _)) in (first..).zip(&group.layout) {
                 let buf = &mut self.reqs[i].buf;
                 if skip == buf.len() {
                     continue;
@@ -636,8 +640,8 @@ impl<'r, T: ReadTarget> Batch<'r, T> {
             }
             let mut got = cqe.result() as usize;
             self.reqs[reads.start].target.data_file().account_read(got);
-            let layout = group_layout(&self.reqs, reads.start, reads.len());
-            for (i, (skip, from)) in reads.clone().zip(layout) {
+            for (k, i) in reads.clone().enumerate() {
+                let (skip, from) = g.layout.get(k).copied().unwrap_or((0, i));
                 // The shared bytes, if the read they are in got them.
                 let at = (self.reqs[i].off - self.reqs[from].off) as usize;
                 let have = skip == 0 || self.reqs[from].done >= at + skip;

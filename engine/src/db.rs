@@ -219,7 +219,8 @@ pub(crate) enum CommitOps<'a> {
     User(Vec<(CollId, Kind, &'a [u8], &'a [u8])>),
     /// GC copies (those the tail segment already holds are left out).
     Reloc(&'a [OwnedRecord]),
-    Catalog(CatalogOp),
+    /// Catalog changes, logged in one batch and applied together.
+    Catalog(Vec<CatalogOp>),
 }
 
 fn validate_kv(key: &[u8], value: &[u8]) -> Result<()> {
@@ -842,7 +843,7 @@ impl Db {
     /// Creates a collection.
     pub fn create_collection(&self, name: &str) -> Result<Collection> {
         let op = self.inner.catalog.read().plan_create(name)?;
-        self.inner.commit(CommitOps::Catalog(op))?;
+        self.inner.commit(CommitOps::Catalog(vec![op]))?;
         self.inner.catalog_changes.fetch_add(1, Ordering::SeqCst);
         self.collection(name)
     }
@@ -871,7 +872,7 @@ impl Db {
     /// Drops a collection: gone at once for readers; its space is reclaimed by GC.
     pub fn drop_collection(&self, name: &str) -> Result<()> {
         let op = self.inner.catalog.read().plan_drop(name)?;
-        self.inner.commit(CommitOps::Catalog(op))?;
+        self.inner.commit(CommitOps::Catalog(vec![op]))?;
         self.inner.catalog_changes.fetch_add(1, Ordering::SeqCst);
         self.inner.want_full_merge.store(true, Ordering::SeqCst);
         {
@@ -885,7 +886,20 @@ impl Db {
     /// Renames a collection.
     pub fn rename_collection(&self, from: &str, to: &str) -> Result<()> {
         let op = self.inner.catalog.read().plan_rename(from, to)?;
-        self.inner.commit(CommitOps::Catalog(op))?;
+        self.inner.commit(CommitOps::Catalog(vec![op]))?;
+        self.inner.catalog_changes.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Swaps the names of two collections atomically (`renameat2(RENAME_EXCHANGE)` of
+    /// two collection directories): readers, and recovery after a crash, see both
+    /// names swapped or neither. Durable on return, as every catalog change.
+    pub fn exchange_collections(&self, a: &str, b: &str) -> Result<()> {
+        let ops = self.inner.catalog.read().plan_exchange(a, b)?;
+        if ops.is_empty() {
+            return Ok(());
+        }
+        self.inner.commit(CommitOps::Catalog(ops))?;
         self.inner.catalog_changes.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -1251,7 +1265,7 @@ impl Inner {
                     })
                     .sum()
             }
-            CommitOps::Catalog(_) => encoded = 1024,
+            CommitOps::Catalog(ops) => encoded = 1024 * ops.len() as u64,
         }
         if matches!(ops, CommitOps::User(_)) {
             self.throttle(encoded)?;
@@ -1342,21 +1356,27 @@ impl Inner {
                         }
                     }
                 }
-                CommitOps::Catalog(op) => {
-                    let seqno = w.next_seqno;
-                    w.next_seqno += 1;
-                    let value = serde_json::to_vec(op).expect("catalog op serializes");
-                    let rec = RecordRef {
-                        kind: Kind::Catalog,
-                        reloc: false,
-                        coll: 0,
-                        seqno,
-                        key: b"",
-                        value: &value,
-                    };
-                    w.add(&rec)?;
-                    self.catalog.write().apply(op);
-                    last = seqno;
+                CommitOps::Catalog(ops) => {
+                    for op in ops {
+                        let seqno = w.next_seqno;
+                        w.next_seqno += 1;
+                        let value = serde_json::to_vec(op).expect("catalog op serializes");
+                        let rec = RecordRef {
+                            kind: Kind::Catalog,
+                            reloc: false,
+                            coll: 0,
+                            seqno,
+                            key: b"",
+                            value: &value,
+                        };
+                        w.add(&rec)?;
+                        last = seqno;
+                    }
+                    // All at once: no reader sees a catalog between two of them.
+                    let mut cat = self.catalog.write();
+                    for op in ops {
+                        cat.apply(op);
+                    }
                 }
             }
             Ok(())

@@ -32,6 +32,9 @@ const CHECKPOINT_PAUSE: &str = "checkpoint-after-deletes-sync:3";
 /// One batch in this many is large.
 const BIG_EVERY: u64 = 25;
 
+/// The child exchanges the two collections' names before one batch in this many.
+const EXCHANGE_EVERY: u64 = 5;
+
 /// The random source of batch `id`'s contents.
 fn batch_rng(id: u64) -> Rng {
     Rng(id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
@@ -146,6 +149,11 @@ fn crash_child_entry() {
                 None => b.delete(COLLS[c], &k),
             };
         }
+        if id % EXCHANGE_EVERY == 2 {
+            println!("XBEGIN {id}");
+            db.exchange_collections(COLLS[0], COLLS[1]).unwrap();
+            println!("XACK {id}");
+        }
         println!("BEGIN {id}");
         db.write(&b).unwrap();
         println!("ACK {id}");
@@ -188,6 +196,14 @@ fn diff(got: &Model, want: &Model) -> String {
     }
     out.truncate(8);
     out.join("; ")
+}
+
+/// The model after the two collections' names are exchanged.
+fn swapped(model: &Model) -> Model {
+    model
+        .iter()
+        .map(|((c, k), v)| ((1 - c, k.clone()), v.clone()))
+        .collect()
 }
 
 fn apply(model: &mut Model, id: u64) {
@@ -257,6 +273,7 @@ fn crash_cycles(backend_name: &str) {
     let (mut big_acked, mut big_in_flight) = (0, 0);
     let mut deletes_gen = 0;
     let mut reused_tails = 0;
+    let (mut exchanges_acked, mut exchanges_applied, mut exchanges_lost) = (0, 0, 0);
     let child_log = dir.path().join("child-stderr.log");
     for cycle in 0..cycles {
         let mut child = Command::new(&exe)
@@ -307,15 +324,23 @@ fn crash_cycles(backend_name: &str) {
         reader.join().unwrap();
         let mut acked = Vec::new();
         let mut begun = Vec::new();
+        let mut exchange_in_flight = false;
+        // In the child's order: a batch acknowledged after an exchange went to the
+        // collection its name held then.
         while let Ok(l) = rx.try_recv() {
             if let Some(id) = l.strip_prefix("ACK ") {
-                acked.push(id.parse::<u64>().unwrap());
+                let id = id.parse::<u64>().unwrap();
+                apply(&mut model, id);
+                acked.push(id);
             } else if let Some(id) = l.strip_prefix("BEGIN ") {
                 begun.push(id.parse::<u64>().unwrap());
+            } else if l.starts_with("XBEGIN ") {
+                exchange_in_flight = true;
+            } else if l.starts_with("XACK ") {
+                exchange_in_flight = false;
+                model = swapped(&model);
+                exchanges_acked += 1;
             }
-        }
-        for &id in &acked {
-            apply(&mut model, id);
         }
         total_acked += acked.len();
         reused_tails += usize::from(tail_is_a_reused_file(dir.path()));
@@ -334,8 +359,29 @@ fn crash_cycles(backend_name: &str) {
         let db = Db::open(dir.path(), reopen_opts)
             .unwrap_or_else(|e| panic!("cycle {cycle}: reopen failed: {e}"));
         deletes_gen = deletes_gen.max(delete_list_generation(dir.path()));
+        assert_eq!(
+            db.list_collections(),
+            COLLS,
+            "cycle {cycle}: the collections' names after recovery"
+        );
         let got = read_all(&db);
-        if got != model {
+        if exchange_in_flight {
+            // The kill came between XBEGIN and XACK: no batch was in flight.
+            if got == model {
+                exchanges_lost += 1;
+            } else {
+                let with = swapped(&model);
+                assert!(
+                    got == with,
+                    "cycle {cycle}: an exchange in flight is partially applied, or an acknowledged \
+                     write was lost: against the names before it: {}; swapped: {}",
+                    diff(&got, &model),
+                    diff(&got, &with)
+                );
+                model = with;
+                exchanges_applied += 1;
+            }
+        } else if got != model {
             let id = in_flight.unwrap_or_else(|| {
                 panic!("cycle {cycle}: state differs from acknowledged writes and nothing was in flight: {}", diff(&got, &model))
             });
@@ -369,8 +415,14 @@ fn crash_cycles(backend_name: &str) {
          in-flight batch applied {in_flight_applied}x, absent {in_flight_lost}x; {} live keys at the end; \
          batches over 1 MiB: {big_acked} acknowledged, {big_in_flight} in flight at the kill; \
          delete list rewritten whole up to generation {deletes_gen}; \
-         the tail was a reused segment file at {reused_tails} kills",
+         the tail was a reused segment file at {reused_tails} kills; \
+         {exchanges_acked} acknowledged collection exchanges, one in flight applied \
+         {exchanges_applied}x, absent {exchanges_lost}x",
         model.len()
+    );
+    assert!(
+        exchanges_applied + exchanges_lost > 0,
+        "no kill landed while the collections were being exchanged"
     );
     assert!(
         deletes_gen > 0,

@@ -600,6 +600,44 @@ impl BasaltFs {
         Ok(())
     }
 
+    /// `RENAME_EXCHANGE` of two collections: the engine swaps their names in one
+    /// catalog batch, and the root's two entries swap inodes.
+    fn exchange_collections(&self, a: &OsStr, b: &OsStr) -> Result<(), Errno> {
+        let mut st = self.shared.lock();
+        let root = st.node(ROOT_INO)?;
+        let ia = *root.children.get(a).ok_or(Errno(libc::ENOENT))?;
+        let ib = *root.children.get(b).ok_or(Errno(libc::ENOENT))?;
+        if ia == ib {
+            return Ok(());
+        }
+        let (Some(na), Some(nb)) = (a.to_str(), b.to_str()) else {
+            return Err(Errno(libc::EINVAL));
+        };
+        // Unflushed writes are batched by collection name.
+        st.flush_all()?;
+        st.db
+            .exchange_collections(na, nb)
+            .map_err(|e| crate::state::engine_err(na, b"", &e))?;
+        let (ida, idb) = (st.coll_by_name.remove(na), st.coll_by_name.remove(nb));
+        for (id, name) in [(ida, nb), (idb, na)] {
+            if let Some(id) = id {
+                if let Some(c) = st.colls.get_mut(&id) {
+                    c.name = name.to_string();
+                }
+                st.coll_by_name.insert(name.to_string(), id);
+            }
+        }
+        crate::load::unlink_child(&mut st, ROOT_INO, a);
+        crate::load::unlink_child(&mut st, ROOT_INO, b);
+        crate::load::link_child(&mut st, ROOT_INO, a.to_os_string(), ib);
+        crate::load::link_child(&mut st, ROOT_INO, b.to_os_string(), ia);
+        let now = SystemTime::now();
+        for ino in [ia, ib] {
+            st.node_mut(ino)?.ctime = now;
+        }
+        Ok(())
+    }
+
     fn open_virtual(&self, v: &Virtual) -> Result<Vec<u8>, Errno> {
         let db = self.shared.lock().db.clone();
         let json = match v {
@@ -1038,8 +1076,10 @@ impl Filesystem for BasaltFs {
         {
             return reply.error(FErrno::from_i32(libc::EROFS));
         }
-        let r = if exchange && (p == ROOT_INO || np == ROOT_INO) {
-            Err(Errno(libc::EINVAL)) // collections are not swapped
+        let r = if exchange && p == ROOT_INO && np == ROOT_INO {
+            self.exchange_collections(name, newname)
+        } else if exchange && (p == ROOT_INO || np == ROOT_INO) {
+            Err(Errno(libc::EXDEV)) // a collection is no directory inside one
         } else if exchange {
             self.shared.lock().exchange(p, name, np, newname)
         } else if p == ROOT_INO && np == ROOT_INO {

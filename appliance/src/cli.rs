@@ -207,6 +207,9 @@ pub enum CollectionAction {
     Drop { name: String },
     /// Rename a collection.
     Rename { from: String, to: String },
+    /// Swap the names of two collections, atomically (as `mv --exchange` of two
+    /// collection directories on the mount).
+    Exchange { a: String, b: String },
 }
 
 #[derive(Debug, Clone, Args)]

@@ -203,6 +203,20 @@ fn collections_create_list_rename_drop_and_refuse_unknown_names() {
     assert_eq!(stdout(&o), "blobs\norders\n");
     let o = basalt(&["collections", "--data", &p, "list"]);
     assert_eq!(stdout(&o), "blobs\norders\n");
+    let db = basalt_engine::Db::open(d.path(), small_options()).unwrap();
+    db.put("orders", b"k", b"was orders").unwrap();
+    db.close().unwrap();
+    let o = basalt(&["collections", "--data", &p, "exchange", "orders", "blobs"]);
+    expect_code(&o, 0);
+    assert!(stdout(&o).contains("exchanged"), "{}", stdout(&o));
+    let db = basalt_engine::Db::open(d.path(), small_options()).unwrap();
+    assert_eq!(db.get("blobs", b"k").unwrap().unwrap(), b"was orders");
+    assert_eq!(db.get("orders", b"k").unwrap(), None);
+    db.close().unwrap();
+    expect_code(
+        &basalt(&["collections", "--data", &p, "exchange", "orders", "nope"]),
+        1,
+    );
 
     let o = basalt(&["collections", "--data", &p, "drop", "users"]);
     expect_code(&o, 1);

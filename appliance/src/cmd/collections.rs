@@ -1,4 +1,4 @@
-//! `basalt collections --data DIR [list|create NAME|drop NAME|rename FROM TO]`
+//! `basalt collections --data DIR [list|create NAME|drop NAME|rename FROM TO|exchange A B]`
 
 use crate::cli::{CollectionAction, CollectionsArgs};
 use crate::store;
@@ -27,6 +27,10 @@ pub fn run(args: &CollectionsArgs, out: &mut dyn Write) -> Result<i32> {
         CollectionAction::Rename { from, to } => {
             db.rename_collection(&from, &to)?;
             writeln!(out, "renamed collection {from:?} to {to:?}")?;
+        }
+        CollectionAction::Exchange { a, b } => {
+            db.exchange_collections(&a, &b)?;
+            writeln!(out, "exchanged the names of collections {a:?} and {b:?}")?;
         }
     }
     db.close()?;

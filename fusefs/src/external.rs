@@ -7,7 +7,8 @@
 //! The tree follows the engine's current document, not the queued write, so the order
 //! in which writes are taken in does not matter and taking one in twice changes
 //! nothing. A new document is a new file (0644, root, directories implied by its path,
-//! as at mount in `load`). A replaced document is a new file too, which takes the name
+//! as at mount in `load`; a directory's default ACL and set-group-ID bit apply as to
+//! what root creates there). A replaced document is a new file too, which takes the name
 //! from the old inode as a rename over it would: under the writeback cache the kernel
 //! keeps a cached file's size itself and would not take a new one from this
 //! filesystem, so the new content needs a new inode number. A file with unflushed
@@ -27,7 +28,7 @@ use std::time::SystemTime;
 use basalt_engine::{CollId, WriteObserver, Written};
 
 use crate::layout::{self, Kind, Manifest, Storage};
-use crate::load::{ensure_dirs_noting, link_child};
+use crate::load::{ensure_dirs_noting, inherit_from, link_child};
 use crate::state::{Batch, Errno, Node, State};
 
 thread_local! {
@@ -287,7 +288,9 @@ impl State {
             Some((fid, rec)) => Node::from_record(ino, cid, fid, &rec),
             None => {
                 let fid = self.alloc_fid(cid);
-                Node::for_document(ino, cid, fid, len, now)
+                let mut n = Node::for_document(ino, cid, fid, len, now);
+                inherit_from(self, parent, &mut n);
+                n
             }
         };
         self.nodes.insert(ino, node);

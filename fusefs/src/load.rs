@@ -295,8 +295,9 @@ pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine:
             _ => {
                 let ino = st.alloc_ino();
                 let fid = st.alloc_fid(coll_id);
-                st.nodes
-                    .insert(ino, Node::for_document(ino, coll_id, fid, len, now));
+                let mut n = Node::for_document(ino, coll_id, fid, len, now);
+                inherit_from(st, parent, &mut n);
+                st.nodes.insert(ino, n);
                 ino
             }
         };
@@ -405,6 +406,7 @@ pub(crate) fn ensure_dirs_noting(
                 let fid = st.alloc_fid(coll);
                 let mut n = Node::new(ino, coll, fid, Kind::Dir, 0o755, now);
                 n.nlink = 2;
+                inherit_from(st, cur, &mut n);
                 st.nodes.insert(ino, n);
                 link_child(st, cur, name.to_os_string(), ino);
                 first_new.get_or_insert_with(|| (cur, name.to_os_string()));
@@ -413,6 +415,27 @@ pub(crate) fn ensure_dirs_noting(
         }
     }
     Some((cur, first_new))
+}
+
+/// A node made for what the engine API wrote (a document without metadata, or a
+/// directory its path implies) in directory `parent` takes what root creating it there
+/// through the mount would: the group of a set-group-ID directory (and, for a
+/// directory, the bit), and the directory's default ACL as its ACLs, within its
+/// permission bits.
+pub(crate) fn inherit_from(st: &State, parent: u64, n: &mut Node) {
+    let Some(p) = st.nodes.get(&parent) else {
+        return;
+    };
+    if p.perm & libc::S_ISGID as u16 != 0 {
+        n.gid = p.gid;
+        if n.is_dir() {
+            n.perm |= libc::S_ISGID as u16;
+        }
+    }
+    if let Some(default) = p.xattrs.get(crate::acl::DEFAULT) {
+        let bits = crate::acl::inherit(default, n.perm & 0o777, n);
+        n.perm = (n.perm & !0o777) | bits;
+    }
 }
 
 /// Adds entry `name` -> `ino` to directory `parent` and updates link counts.

@@ -183,7 +183,8 @@ impl Node {
     }
 
     /// The file of a document written through the engine API without metadata: mode
-    /// 0644, owned by root, inline, its length the document's.
+    /// 0644, owned by root, inline, its length the document's (its directory's default
+    /// ACL and set-group-ID bit apply on top, `load::inherit_from`).
     pub fn for_document(ino: u64, coll: u32, fid: u64, len: u64, now: SystemTime) -> Node {
         let mut n = Node::new(ino, coll, fid, Kind::File, 0o644, now);
         n.size = len;

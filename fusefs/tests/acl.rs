@@ -10,7 +10,7 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use basalt_fusefs::mount;
@@ -107,14 +107,33 @@ fn as_user(uid: u32, script: &str, p: &Path) -> bool {
 const READ: &str = "cat \"$1\" > /dev/null 2>&1";
 const WRITE: &str = "echo more >> \"$1\" 2>/dev/null";
 
-#[test]
-fn posix_acls_are_enforced_follow_the_mode_and_are_inherited() {
-    require_fuse!();
+/// The default ACL both tests give a directory: user nobody rwx, group r-x, mask rwx,
+/// others nothing.
+fn nobody_rwx_default() -> Vec<u8> {
+    acl(&[
+        (USER_OBJ, 7, NO_ID),
+        (USER, 7, NOBODY),
+        (GROUP_OBJ, 5, NO_ID),
+        (MASK, 7, NO_ID),
+        (OTHER, 0, NO_ID),
+    ])
+}
+
+/// A data directory and a mount point under a temporary directory other users may
+/// search (the tests run commands as them); the engine opened on the data.
+fn searchable_data_and_mountpoint() -> (tempfile::TempDir, basalt_engine::Db, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::set_permissions(tmp.path(), PermissionsExt::from_mode(0o755)).unwrap();
     let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
     std::fs::create_dir_all(&mp).unwrap();
     let db = open_db(&data);
+    (tmp, db, mp)
+}
+
+#[test]
+fn posix_acls_are_enforced_follow_the_mode_and_are_inherited() {
+    require_fuse!();
+    let (_tmp, db, mp) = searchable_data_and_mountpoint();
     let h = mount(db.clone(), mount_config(&mp)).unwrap();
     let c = mp.join("c");
     std::fs::create_dir(&c).unwrap();
@@ -169,13 +188,7 @@ fn posix_acls_are_enforced_follow_the_mode_and_are_inherited() {
     // A default ACL: inherited, and the umask (077 here) does not apply.
     let d = c.join("d");
     std::fs::create_dir(&d).unwrap();
-    let default = acl(&[
-        (USER_OBJ, 7, NO_ID),
-        (USER, 7, NOBODY),
-        (GROUP_OBJ, 5, NO_ID),
-        (MASK, 7, NO_ID),
-        (OTHER, 0, NO_ID),
-    ]);
+    let default = nobody_rwx_default();
     set_xattr(&d, DEFAULT, &default);
     let made = Command::new("sh")
         .args(["-c", "umask 077 && echo x > \"$1/new\" && mkdir \"$1/sub\" && mkdir \"$2/plain\" && echo y > \"$2/plain/f\"", "sh"])
@@ -226,5 +239,87 @@ fn posix_acls_are_enforced_follow_the_mode_and_are_inherited() {
     assert_eq!(mode(&new), 0o660);
     assert!(as_user(NOBODY, READ, &new), "enforced after a remount");
     assert!(!as_user(STRANGER, READ, &new));
+    h.unmount().unwrap();
+}
+
+/// Documents written through the engine API into a directory with a default ACL, and
+/// the directories their paths imply, get what root creating them there through the
+/// mount would: the ACL within the modes 0644 and 0755, the default ACL on the
+/// directories, and the group of a set-group-ID directory; the same for documents
+/// written while unmounted, built from the engine's documents alone at mount.
+/// Elsewhere they stay 0644.
+#[test]
+fn engine_api_documents_inherit_their_directorys_default_acl() {
+    require_fuse!();
+    let (_tmp, db, mp) = searchable_data_and_mountpoint();
+    let h = mount(db.clone(), mount_config(&mp)).unwrap();
+    let c = mp.join("c");
+    let d = c.join("d");
+    std::fs::create_dir_all(&d).unwrap();
+    let default = nobody_rwx_default();
+    set_xattr(&d, DEFAULT, &default);
+    std::os::unix::fs::chown(&d, None, Some(NOBODY)).unwrap();
+    std::fs::set_permissions(&d, PermissionsExt::from_mode(0o2775)).unwrap();
+    db.put("c", b"d/doc", b"by the engine").unwrap();
+    db.put("c", b"d/implied/deep", b"deeper").unwrap();
+    db.put("c", b"plain", b"no default ACL here").unwrap();
+
+    // `doc`, in directory `dir` with `deep` inside, written through the engine API.
+    let check = |doc: &str, dir: &str, deep: &[u8]| {
+        let doc = d.join(doc);
+        // Taken in at the next request (this lookup), within the flush interval at most.
+        let t0 = std::time::Instant::now();
+        while !doc.exists() {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(10),
+                "doc never appeared"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(mode(&doc), 0o640, "0644 within the default ACL");
+        assert_eq!(
+            get_xattr(&doc, ACCESS).unwrap(),
+            acl(&[
+                (USER_OBJ, 6, NO_ID),
+                (USER, 7, NOBODY),
+                (GROUP_OBJ, 5, NO_ID),
+                (MASK, 4, NO_ID),
+                (OTHER, 0, NO_ID)
+            ])
+        );
+        assert_eq!(get_xattr(&doc, DEFAULT), None, "a file has no default ACL");
+        let implied = d.join(dir);
+        assert_eq!(
+            mode(&implied),
+            0o2750,
+            "0755 within the ACL, set-group-ID kept"
+        );
+        assert_eq!(get_xattr(&implied, DEFAULT).unwrap(), default);
+        for p in [&doc, &implied, &implied.join("deep")] {
+            use std::os::unix::fs::MetadataExt;
+            assert_eq!(std::fs::metadata(p).unwrap().gid(), NOBODY, "{p:?}");
+        }
+        assert_eq!(std::fs::read(implied.join("deep")).unwrap(), deep);
+        assert!(
+            as_user(NOBODY, READ, &doc),
+            "nobody reads through its entry"
+        );
+        assert!(
+            !as_user(NOBODY, WRITE, &doc),
+            "the mask (from 0644) denies writing"
+        );
+        assert!(!as_user(STRANGER, READ, &doc), "others get nothing");
+        let plain = c.join("plain");
+        assert_eq!(mode(&plain), 0o644);
+        assert_eq!(get_xattr(&plain, ACCESS), None);
+    };
+    check("doc", "implied", b"deeper");
+    h.unmount().unwrap();
+    // Written while unmounted: built from the documents alone at the next mount.
+    db.put("c", b"d/offline", b"while unmounted").unwrap();
+    db.put("c", b"d/offline-dir/deep", b"also").unwrap();
+    let h = mount(db.clone(), mount_config(&mp)).unwrap();
+    check("doc", "implied", b"deeper");
+    check("offline", "offline-dir", b"also");
     h.unmount().unwrap();
 }

@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, SystemTime};
 
 use crate::layout::{self, Kind, Manifest, Storage};
-use crate::load::{link_child, unlink_child};
+use crate::load::{inherit_from, link_child, unlink_child};
 use crate::state::{engine_err, Batch, Chunk, Errno, Node, State, MAX_FILE_SIZE, ROOT_INO};
 
 /// Who asks (from the FUSE request).
@@ -105,32 +105,19 @@ impl State {
         if p.children.contains_key(name) {
             return Err(e(libc::EEXIST));
         }
-        let (coll, pperm, pgid) = (p.coll, p.perm, p.gid);
-        let default_acl = match new.kind {
-            Kind::Symlink => None,
-            _ => p.xattrs.get(crate::acl::DEFAULT).cloned(),
-        };
+        let coll = p.coll;
+        let default_acl = new.kind != Kind::Symlink && p.xattrs.contains_key(crate::acl::DEFAULT);
         let path = self.child_path(parent, name)?;
         let now = SystemTime::now();
         let ino = self.alloc_ino();
         let fid = self.alloc_fid(coll);
-        // A default ACL replaces the umask (`crate::acl::inherit` below).
-        let umask = if default_acl.is_some() { 0 } else { new.umask };
-        let mut perm = (new.mode & !umask & 0o7777) as u16;
-        let mut gid = who.gid;
-        if pperm & libc::S_ISGID as u16 != 0 {
-            gid = pgid;
-            if new.kind == Kind::Dir {
-                perm |= libc::S_ISGID as u16;
-            }
-        }
+        // A default ACL replaces the umask (`inherit_from` below).
+        let umask = if default_acl { 0 } else { new.umask };
+        let perm = (new.mode & !umask & 0o7777) as u16;
         let mut n = Node::new(ino, coll, fid, new.kind, perm, now);
-        if let Some(d) = default_acl {
-            let bits = crate::acl::inherit(&d, perm & 0o777, &mut n);
-            n.perm = (perm & !0o777) | bits;
-        }
         n.uid = who.uid;
-        n.gid = gid;
+        n.gid = who.gid;
+        inherit_from(self, parent, &mut n);
         n.rdev = new.rdev;
         n.chunk_size = self.chunk_size;
         n.no_chunks = new.kind == Kind::File;

@@ -417,11 +417,11 @@ pub(crate) fn ensure_dirs_noting(
     Some((cur, first_new))
 }
 
-/// A node made for what the engine API wrote (a document without metadata, or a
-/// directory its path implies) in directory `parent` takes what root creating it there
-/// through the mount would: the group of a set-group-ID directory (and, for a
-/// directory, the bit), and the directory's default ACL as its ACLs, within its
-/// permission bits.
+/// What new node `n` takes from directory `parent`, whether created through the mount
+/// or made for what the engine API wrote (a document without metadata, or a directory
+/// its path implies, as if root had created it there): the group of a set-group-ID
+/// directory (and, for a directory, the bit), and, but for a symlink, the directory's
+/// default ACL as its ACLs, within its permission bits.
 pub(crate) fn inherit_from(st: &State, parent: u64, n: &mut Node) {
     let Some(p) = st.nodes.get(&parent) else {
         return;
@@ -432,7 +432,8 @@ pub(crate) fn inherit_from(st: &State, parent: u64, n: &mut Node) {
             n.perm |= libc::S_ISGID as u16;
         }
     }
-    if let Some(default) = p.xattrs.get(crate::acl::DEFAULT) {
+    let default = p.xattrs.get(crate::acl::DEFAULT);
+    if let Some(default) = default.filter(|_| n.kind != Kind::Symlink) {
         let bits = crate::acl::inherit(default, n.perm & 0o777, n);
         n.perm = (n.perm & !0o777) | bits;
     }

@@ -219,8 +219,9 @@ pub(crate) enum CommitOps<'a> {
     User(Vec<(CollId, Kind, &'a [u8], &'a [u8])>),
     /// GC copies (those the tail segment already holds are left out).
     Reloc(&'a [OwnedRecord]),
-    /// Catalog changes, logged in one batch and applied together.
-    Catalog(Vec<CatalogOp>),
+    /// Catalog changes, planned from the catalog under the writer lock, logged in one
+    /// batch and applied together.
+    Catalog(&'a dyn Fn(&Catalog) -> Result<Vec<CatalogOp>>),
 }
 
 fn validate_kv(key: &[u8], value: &[u8]) -> Result<()> {
@@ -842,9 +843,7 @@ impl Db {
 
     /// Creates a collection.
     pub fn create_collection(&self, name: &str) -> Result<Collection> {
-        let op = self.inner.catalog.read().plan_create(name)?;
-        self.inner.commit(CommitOps::Catalog(vec![op]))?;
-        self.inner.catalog_changes.fetch_add(1, Ordering::SeqCst);
+        self.change_catalog(&|c| Ok(vec![c.plan_create(name)?]))?;
         self.collection(name)
     }
 
@@ -871,9 +870,7 @@ impl Db {
 
     /// Drops a collection: gone at once for readers; its space is reclaimed by GC.
     pub fn drop_collection(&self, name: &str) -> Result<()> {
-        let op = self.inner.catalog.read().plan_drop(name)?;
-        self.inner.commit(CommitOps::Catalog(vec![op]))?;
-        self.inner.catalog_changes.fetch_add(1, Ordering::SeqCst);
+        self.change_catalog(&|c| Ok(vec![c.plan_drop(name)?]))?;
         self.inner.want_full_merge.store(true, Ordering::SeqCst);
         {
             let mut w = self.inner.writer.lock();
@@ -885,21 +882,25 @@ impl Db {
 
     /// Renames a collection.
     pub fn rename_collection(&self, from: &str, to: &str) -> Result<()> {
-        let op = self.inner.catalog.read().plan_rename(from, to)?;
-        self.inner.commit(CommitOps::Catalog(vec![op]))?;
-        self.inner.catalog_changes.fetch_add(1, Ordering::SeqCst);
-        Ok(())
+        self.change_catalog(&|c| Ok(vec![c.plan_rename(from, to)?]))
     }
 
     /// Swaps the names of two collections atomically (`renameat2(RENAME_EXCHANGE)` of
     /// two collection directories): readers, and recovery after a crash, see both
     /// names swapped or neither. Durable on return, as every catalog change.
     pub fn exchange_collections(&self, a: &str, b: &str) -> Result<()> {
-        let ops = self.inner.catalog.read().plan_exchange(a, b)?;
-        if ops.is_empty() {
-            return Ok(());
+        if a == b {
+            return self.inner.catalog.read().id(a).map(|_| ());
         }
-        self.inner.commit(CommitOps::Catalog(ops))?;
+        self.change_catalog(&|c| c.plan_exchange(a, b))
+    }
+
+    /// Commits the catalog changes `plan` makes of the catalog as it is once the
+    /// writer lock is held, so that no other change comes between planning them and
+    /// logging them (a rename planned before a racing drop of its target's name would
+    /// otherwise be logged after it).
+    fn change_catalog(&self, plan: &dyn Fn(&Catalog) -> Result<Vec<CatalogOp>>) -> Result<()> {
+        self.inner.commit(CommitOps::Catalog(plan))?;
         self.inner.catalog_changes.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -1265,7 +1266,9 @@ impl Inner {
                     })
                     .sum()
             }
-            CommitOps::Catalog(ops) => encoded = 1024 * ops.len() as u64,
+            // Up to three records (an exchange) of two names of up to 255 bytes,
+            // each byte at most six in JSON.
+            CommitOps::Catalog(_) => encoded = 3 * 4096,
         }
         if matches!(ops, CommitOps::User(_)) {
             self.throttle(encoded)?;
@@ -1356,8 +1359,9 @@ impl Inner {
                         }
                     }
                 }
-                CommitOps::Catalog(ops) => {
-                    for op in ops {
+                CommitOps::Catalog(plan) => {
+                    let ops = plan(&self.catalog.read())?;
+                    for op in &ops {
                         let seqno = w.next_seqno;
                         w.next_seqno += 1;
                         let value = serde_json::to_vec(op).expect("catalog op serializes");
@@ -1374,7 +1378,7 @@ impl Inner {
                     }
                     // All at once: no reader sees a catalog between two of them.
                     let mut cat = self.catalog.write();
-                    for op in ops {
+                    for op in &ops {
                         cat.apply(op);
                     }
                 }

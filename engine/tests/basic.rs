@@ -475,6 +475,69 @@ fn exchanging_two_collections_swaps_their_documents_and_survives_reopen() {
     expect_swapped(&db);
 }
 
+/// Catalog changes racing from two threads end in a state that one of their serial
+/// orders gives: an exchange against a drop of one of its names, and a rename against
+/// a create of its target name (each planned under the writer lock: planned before it,
+/// the rename could take the created collection's name and orphan it).
+#[test]
+fn racing_catalog_changes_end_as_some_serial_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    let race = |f: &(dyn Fn() -> basalt_engine::Result<()> + Sync),
+                g: &(dyn Fn() -> basalt_engine::Result<()> + Sync)| {
+        let go = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            let a = s.spawn(|| {
+                go.wait();
+                f().is_ok()
+            });
+            go.wait();
+            let b = g().is_ok();
+            (a.join().unwrap(), b)
+        })
+    };
+    let held = |name: &str| db.get(name, b"who").ok().flatten();
+    for i in 0..150 {
+        let (a, b) = (format!("a{i}"), format!("b{i}"));
+        for n in [&a, &b] {
+            db.create_collection(n)
+                .unwrap()
+                .put(b"who", n.as_bytes())
+                .unwrap();
+        }
+        let got = race(&|| db.exchange_collections(&a, &b), &|| {
+            db.drop_collection(&b)
+        });
+        let after = (got, held(&a), held(&b));
+        let exchange_first = ((true, true), Some(b.clone().into_bytes()), None);
+        let drop_first = ((false, true), Some(a.clone().into_bytes()), None);
+        assert!(
+            after == exchange_first || after == drop_first,
+            "round {i}: exchange against drop ended as {after:?}"
+        );
+
+        let (x, y) = (format!("x{i}"), format!("y{i}"));
+        db.create_collection(&x)
+            .unwrap()
+            .put(b"who", x.as_bytes())
+            .unwrap();
+        let got = race(&|| db.rename_collection(&x, &y), &|| {
+            db.create_collection(&y).map(|_| ())
+        });
+        let after = (got, held(&x), held(&y));
+        let rename_first = ((true, false), None, Some(x.clone().into_bytes()));
+        let create_first = ((false, true), Some(x.clone().into_bytes()), None);
+        assert!(
+            after == rename_first || after == create_first,
+            "round {i}: rename against create ended as {after:?}"
+        );
+    }
+    let n = db.list_collections().len();
+    drop(db);
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    assert_eq!(db.list_collections().len(), n, "the same after a reopen");
+}
+
 #[test]
 fn limits_give_clear_errors() {
     let dir = tempfile::tempdir().unwrap();

@@ -897,8 +897,8 @@ impl Db {
 
     /// Commits the catalog changes `plan` makes of the catalog as it is once the
     /// writer lock is held, so that no other change comes between planning them and
-    /// logging them (a rename planned before a racing drop of its target's name would
-    /// otherwise be logged after it).
+    /// logging them (planned before, a drop racing a rename or an exchange could mark
+    /// as dropped a live collection that had just taken another name).
     fn change_catalog(&self, plan: &dyn Fn(&Catalog) -> Result<Vec<CatalogOp>>) -> Result<()> {
         self.inner.commit(CommitOps::Catalog(plan))?;
         self.inner.catalog_changes.fetch_add(1, Ordering::SeqCst);

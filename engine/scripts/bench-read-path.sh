@@ -80,6 +80,12 @@ read -r c1_ops c1_cpu <<<"$(cached_run "$SECS")"
 read -r c2_ops c2_cpu <<<"$(cached_run $((2 * SECS)))"
 cached_us=$(awk -v a="$c1_ops" -v b="$c2_ops" -v x="$c1_cpu" -v y="$c2_cpu" 'BEGIN { printf "%.2f", (b > a) ? (y - x) * 1e6 / (b - a) : 0 }')
 
+# multireadrandom, batches of 32, with $1 threads: ops/s.
+# shellcheck disable=SC2086
+basalt_mrr() { "$BASALT" bench --db="$WORK/basalt" --use_existing_db=1 --benchmarks=multireadrandom --batch_size=32 --threads="$1" --duration="$SECS" $F 2>&1 | ops; }
+# shellcheck disable=SC2086
+rocks_mrr() { db_bench --db="$WORK/rocksdb" --use_existing_db=1 --benchmarks=multireadrandom --batch_size=32 --threads="$1" --duration="$SECS" $F $ROCKS 2>&1 | ops; }
+
 declare -A R
 for round in $(seq "$ROUNDS"); do
   R[fio1,$round]=$(fio_iops --ioengine=psync --iodepth=1)
@@ -93,14 +99,10 @@ for round in $(seq "$ROUNDS"); do
   R[rocks1,$round]=$(ops <"$WORK/rocks-rr-$round.log")
   R[fio32,$round]=$(fio_iops --ioengine=io_uring --iodepth=32)
   R[fiob32,$round]=$(fio_iops --ioengine=io_uring --iodepth=32 --iodepth_batch_submit=32 --iodepth_batch_complete_min=32)
-  # shellcheck disable=SC2086
-  R[basalt32,$round]=$("$BASALT" bench --db="$WORK/basalt" --use_existing_db=1 --benchmarks=multireadrandom --batch_size=32 --duration="$SECS" $F 2>&1 | ops)
-  # shellcheck disable=SC2086
-  R[rocks32,$round]=$(db_bench --db="$WORK/rocksdb" --use_existing_db=1 --benchmarks=multireadrandom --batch_size=32 --duration="$SECS" $F $ROCKS 2>&1 | ops)
-  # shellcheck disable=SC2086
-  R[basalt32t,$round]=$("$BASALT" bench --db="$WORK/basalt" --use_existing_db=1 --benchmarks=multireadrandom --batch_size=32 --threads="$THREADS" --duration="$SECS" $F 2>&1 | ops)
-  # shellcheck disable=SC2086
-  R[rocks32t,$round]=$(db_bench --db="$WORK/rocksdb" --use_existing_db=1 --benchmarks=multireadrandom --batch_size=32 --threads="$THREADS" --duration="$SECS" $F $ROCKS 2>&1 | ops)
+  R[basalt32,$round]=$(basalt_mrr 1)
+  R[rocks32,$round]=$(rocks_mrr 1)
+  R[basalt32t,$round]=$(basalt_mrr "$THREADS")
+  R[rocks32t,$round]=$(rocks_mrr "$THREADS")
   echo "bench-read-path: round $round done" >&2
 done
 

@@ -17,6 +17,15 @@ use crate::load::{link_child, load_collection, unlink_child};
 use crate::state::{State, ROOT_INO};
 
 impl State {
+    /// Gives mounted collection `cid` the name `name` (after its old name was taken
+    /// out of `coll_by_name`; moving its root's entry is the caller's).
+    pub(crate) fn name_collection(&mut self, cid: u32, name: &str) {
+        if let Some(c) = self.colls.get_mut(&cid) {
+            c.name = name.to_string();
+        }
+        self.coll_by_name.insert(name.to_string(), cid);
+    }
+
     /// Follows the engine's catalog if it changed since last seen (see the module
     /// docs); returns what the kernel must forget.
     pub fn take_in_catalog(&mut self) -> Vec<Forget> {
@@ -59,10 +68,7 @@ impl State {
             }
         }
         for (cid, to, root) in renamed {
-            if let Some(c) = self.colls.get_mut(&cid) {
-                c.name = to.clone();
-            }
-            self.coll_by_name.insert(to.clone(), cid);
+            self.name_collection(cid, &to);
             link_child(self, ROOT_INO, OsString::from(&to), root);
             out.push(Forget::Entry {
                 parent: ROOT_INO,

@@ -588,10 +588,7 @@ impl BasaltFs {
             .rename_collection(&f, &t)
             .map_err(|e| crate::state::engine_err(&f, b"", &e))?;
         if let Some(id) = st.coll_by_name.remove(&f) {
-            if let Some(c) = st.colls.get_mut(&id) {
-                c.name = t.clone();
-            }
-            st.coll_by_name.insert(t, id);
+            st.name_collection(id, &t);
         }
         crate::load::unlink_child(&mut st, ROOT_INO, from);
         crate::load::link_child(&mut st, ROOT_INO, to.to_os_string(), src);
@@ -621,10 +618,7 @@ impl BasaltFs {
         let (ida, idb) = (st.coll_by_name.remove(na), st.coll_by_name.remove(nb));
         for (id, name) in [(ida, nb), (idb, na)] {
             if let Some(id) = id {
-                if let Some(c) = st.colls.get_mut(&id) {
-                    c.name = name.to_string();
-                }
-                st.coll_by_name.insert(name.to_string(), id);
+                st.name_collection(id, name);
             }
         }
         crate::load::unlink_child(&mut st, ROOT_INO, a);

@@ -499,7 +499,7 @@ impl Db {
                                         rec_size: r.encoded_len() as u32,
                                     };
                                     if let Some(prev) = active.insert(r.coll, r.key, e) {
-                                        if prev.loc != e.loc {
+                                        if prev.loc.seg != e.loc.seg || prev.loc.off != e.loc.off {
                                             replay_dead.push(DeadRecord {
                                                 seg: prev.loc.seg,
                                                 off: prev.loc.off,
@@ -1287,6 +1287,8 @@ impl Inner {
         let mut last = 0;
         let mut dead = Vec::new();
         let mut copied = Vec::new();
+        let mut logged: Vec<(CollId, &[u8], IndexEntry)> = Vec::new();
+        let first_seqno = w.next_seqno;
         w.begin_batch();
         let res: Result<()> = (|| {
             match &ops {
@@ -1303,7 +1305,7 @@ impl Inner {
                             value,
                         };
                         let off = w.add(&rec)?;
-                        v.active.insert(
+                        logged.push((
                             coll,
                             key,
                             IndexEntry {
@@ -1317,7 +1319,7 @@ impl Inner {
                                 },
                                 rec_size: rec.encoded_len() as u32,
                             },
-                        );
+                        ));
                         last = seqno;
                     }
                 }
@@ -1336,27 +1338,21 @@ impl Inner {
                         };
                         let off = w.add(&rec)?;
                         copied.push(r.seqno);
-                        let e = IndexEntry {
-                            seqno: r.seqno,
-                            kind: r.kind,
-                            reloc: true,
-                            loc: Location {
-                                seg: seg_id,
-                                off,
-                                len: 0,
+                        logged.push((
+                            r.coll,
+                            &r.key,
+                            IndexEntry {
+                                seqno: r.seqno,
+                                kind: r.kind,
+                                reloc: true,
+                                loc: Location {
+                                    seg: seg_id,
+                                    off,
+                                    len: 0,
+                                },
+                                rec_size: rec.encoded_len() as u32,
                             },
-                            rec_size: rec.encoded_len() as u32,
-                        };
-                        if let Some(prev) = v.active.insert(r.coll, &r.key, e) {
-                            if prev.loc.seg != seg_id || prev.loc.off != off {
-                                dead.push(DeadRecord {
-                                    seg: prev.loc.seg,
-                                    off: prev.loc.off,
-                                    seqno: prev.seqno,
-                                    size: prev.rec_size,
-                                });
-                            }
-                        }
+                        ));
                     }
                 }
                 CommitOps::Catalog(plan) => {
@@ -1385,14 +1381,36 @@ impl Inner {
             }
             Ok(())
         })();
-        w.end_batch();
         match &res {
-            Ok(()) => w.note_copies(copied),
-            // Some copies may be in the tail: which ones is not known any more.
-            Err(_) if copies => w.forget_copies(),
-            Err(_) => {}
+            Ok(()) => {
+                w.end_batch();
+                w.note_copies(copied);
+            }
+            Err(e) => {
+                w.fail_batch(e);
+                w.next_seqno = first_seqno;
+                // Some copies may be in the tail: which ones is not known any more.
+                if copies {
+                    w.forget_copies();
+                }
+            }
         }
         res?;
+        // Into the write cache only once the whole batch is logged: readers never see
+        // part of a batch, nor one whose commit failed.
+        for (coll, key, e) in logged {
+            let prev = v.active.insert(coll, key, e);
+            if let Some(prev) = prev.filter(|_| e.reloc) {
+                if prev.loc.seg != e.loc.seg || prev.loc.off != e.loc.off {
+                    dead.push(DeadRecord {
+                        seg: prev.loc.seg,
+                        off: prev.loc.off,
+                        seqno: prev.seqno,
+                        size: prev.rec_size,
+                    });
+                }
+            }
+        }
         if last > 0 {
             self.visible_seqno.store(last, Ordering::SeqCst);
         }

@@ -32,3 +32,21 @@ pub fn pause(name: &str) {
         }
     }
 }
+
+/// The errno every log segment write fails with (0: none); see [`fail_log_writes`].
+static LOG_WRITE_ERRNO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Test hook: while `errno` is not 0, every write of the log to its segment files
+/// fails with it (as on a full disk with `libc::ENOSPC`), in every database of the
+/// process; 0 ends it. For in-process tests of write failures at chosen points.
+pub fn fail_log_writes(errno: i32) {
+    LOG_WRITE_ERRNO.store(errno, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The injected failure of a log write, if one is set.
+pub(crate) fn log_write_failure() -> Option<std::io::Error> {
+    match LOG_WRITE_ERRNO.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => None,
+        e => Some(std::io::Error::from_raw_os_error(e)),
+    }
+}

@@ -64,6 +64,8 @@ pub use changes::{Change, ChangeIter};
 pub use check::{check, CheckReport};
 pub use db::{Collection, Db, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use error::{Error, Result};
+#[doc(hidden)]
+pub use failpoint::fail_log_writes;
 pub use flush::{BOTTOM_MERGE_DEBT, MERGE_DEBT_THROTTLE};
 pub use io::IoMode;
 pub use observer::{WriteObserver, Written};

@@ -38,6 +38,9 @@ pub struct Job {
 impl Job {
     /// Writes the buffer and marks its bytes readable.
     fn write(&self) -> Result<()> {
+        if let Some(e) = crate::failpoint::log_write_failure() {
+            return Err(crate::error::Error::io(self.seg.file.path(), e));
+        }
         let aligned = align_up(self.len as u64, PAGE as u64) as usize;
         self.seg
             .file

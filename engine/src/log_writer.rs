@@ -53,6 +53,8 @@ pub struct LogWriter {
     open: BlockBuilder,
     /// Records of the batch in progress that sit in the open block.
     batch_in_open: usize,
+    /// Records of the batch in progress added so far.
+    batch_added: usize,
     in_batch: bool,
     scratch: Vec<u8>,
     /// The tail segment has an older format version: roll to a new one before the next
@@ -209,6 +211,7 @@ impl LogWriter {
             io: LogIo::start(WRITE_BUF),
             open: BlockBuilder::default(),
             batch_in_open: 0,
+            batch_added: 0,
             in_batch: false,
             scratch: Vec::new(),
             roll_before_write: false,
@@ -317,12 +320,31 @@ impl LogWriter {
     pub fn begin_batch(&mut self) {
         self.in_batch = true;
         self.batch_in_open = 0;
+        self.batch_added = 0;
     }
 
     /// Ends a write batch: its records may now share a block with the next batch.
     pub fn end_batch(&mut self) {
         self.in_batch = false;
         self.batch_in_open = 0;
+        self.batch_added = 0;
+    }
+
+    /// Ends a batch that failed with `err`. If any of its records were added, part of
+    /// it is in the tail (an [`Self::add`] fails only while sealing a block that then
+    /// stays in the log stream), and the next batch would seal the rest of the open
+    /// block and end the chain, making a half batch durable. So the writer refuses
+    /// every write until the database is reopened; recovery drops a batch whose
+    /// chain has no end. A batch that failed before adding anything changes nothing.
+    pub fn fail_batch(&mut self, err: &Error) {
+        if self.batch_added > 0 && self.poisoned.is_none() {
+            self.poisoned = Some(format!(
+                "a write batch failed after {} of its records were logged ({err}); \
+                 reopen the database to go on writing",
+                self.batch_added
+            ));
+        }
+        self.end_batch();
     }
 
     /// Appends a record to the open block; returns the offset the block will have.
@@ -342,6 +364,7 @@ impl LogWriter {
         self.open.add(rec);
         if self.in_batch {
             self.batch_in_open += 1;
+            self.batch_added += 1;
         }
         Ok(self.end())
     }
@@ -396,6 +419,13 @@ impl LogWriter {
         if self.open.is_empty() {
             return Ok(());
         }
+        // A buffer left full by a failed write goes out first, so that a write that
+        // still fails leaves the open block as it is (the append below could not
+        // take any of it, and the block would be lost).
+        if self.buf_len == self.buf.len() {
+            let r = self.submit_buf();
+            self.note_io_error(r)?;
+        }
         let off = self.end();
         let raw_len = self.open.raw_len();
         let nrecs = self.open.nrecs();
@@ -431,14 +461,8 @@ impl LogWriter {
             let charge = cached.charge();
             self.cache.blocks.insert((self.seg.id, off), cached, charge);
         }
-        let data = std::mem::take(&mut self.scratch);
-        let mut res = self.append(&data);
-        self.scratch = data;
-        if pad && res.is_ok() {
-            let gap = (align_up(self.end(), PAGE as u64) - self.end()) as usize;
-            res = self.append(&[0u8; PAGE][..gap]);
-        }
-        res?;
+        // Listed before it is appended: an append that fails once the whole block is
+        // in the buffer leaves it in the log stream (written when the write is retried).
         self.seg
             .raw_bytes
             .fetch_add(info.raw_len as u64, Ordering::Relaxed);
@@ -446,14 +470,33 @@ impl LogWriter {
         if flags & FLAG_CONTINUES == 0 {
             self.batch_in_open = 0;
         }
-        Ok(())
+        let data = std::mem::take(&mut self.scratch);
+        let mut res = self.append(&data);
+        self.scratch = data;
+        if pad && res.is_ok() {
+            let gap = (align_up(self.end(), PAGE as u64) - self.end()) as usize;
+            res = self.append(&[0u8; PAGE][..gap]);
+        }
+        res
     }
 
+    /// Appends `data` to the write buffer, writing out the buffers it fills. When a
+    /// write fails (e.g. ENOSPC) after part of `data` went into the buffer, the log
+    /// would go on after a cut-short block, so the writer is poisoned (reopen to go
+    /// on); a failure with all of `data` buffered can be retried.
     fn append(&mut self, mut data: &[u8]) -> Result<()> {
         while !data.is_empty() {
             if crate::aligned::fill(&mut self.buf, &mut self.buf_len, &mut data) {
                 let r = self.submit_buf();
-                self.note_io_error(r)?;
+                if let Err(e) = self.note_io_error(r) {
+                    if !data.is_empty() && self.poisoned.is_none() {
+                        self.poisoned = Some(format!(
+                            "a log write failed in the middle of a block ({e}); \
+                             reopen the database to go on writing"
+                        ));
+                    }
+                    return Err(e);
+                }
             }
         }
         Ok(())

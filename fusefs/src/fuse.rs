@@ -46,6 +46,9 @@ pub struct FsOptions {
     /// Kernel readahead of the mount in KiB (`-o readahead_kb=N`); 0 leaves the
     /// kernel's default (128 KiB for a FUSE mount).
     pub readahead_kb: u32,
+    /// Serve requests over io_uring, with queue threads placed so (`-o io_uring`,
+    /// `-o io_uring=same|other|none`); the null filesystem only, so far.
+    pub io_uring: Option<crate::ring::Pinning>,
 }
 
 /// An open file or directory.
@@ -331,6 +334,38 @@ fn virt_attr(ino: u64, v: &Virtual) -> FileAttr {
         rdev: 0,
         blksize: 4096,
         flags: 0,
+    }
+}
+
+/// What a SETATTR asks to change (`None`: leave it as it is).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttrChanges {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeOrNow>,
+    pub mtime: Option<TimeOrNow>,
+}
+
+impl AttrChanges {
+    /// From the arguments `fuser` hands to `Filesystem::setattr`.
+    pub fn new(
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+    ) -> AttrChanges {
+        AttrChanges {
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+        }
     }
 }
 
@@ -732,18 +767,7 @@ impl BasaltFs {
         Ok(out)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn setattr_inner(
-        &self,
-        req: &Request,
-        ino: u64,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-    ) -> Result<FileAttr, Errno> {
+    fn setattr_inner(&self, req: &Request, ino: u64, ch: AttrChanges) -> Result<FileAttr, Errno> {
         if self.shared.virt(ino).is_some() {
             return Err(Errno(libc::EROFS));
         }
@@ -754,36 +778,36 @@ impl BasaltFs {
             // below are the ones the kernel applies before setting that flag).
             let n = st.node_mut(ino)?;
             let setid = n.privileged();
-            if setid && !n.is_dir() && (uid.is_some() || gid.is_some()) {
+            if setid && !n.is_dir() && (ch.uid.is_some() || ch.gid.is_some()) {
                 // chown: always, like the VFS; set-group-ID without group execute only
                 // when the caller is outside the file's group and not CAP_FSETID.
                 let c = Creds::of(req);
                 let in_group = req.gid() == n.gid || c.groups.contains(&n.gid);
                 n.kill_priv(!in_group && !c.fsetid);
-            } else if setid && n.kind == Kind::File && size.is_some() && !Creds::of(req).fsetid {
+            } else if setid && n.kind == Kind::File && ch.size.is_some() && !Creds::of(req).fsetid {
                 // truncate by a caller without CAP_FSETID
                 n.kill_priv(false);
             }
         }
-        if let Some(s) = size {
+        if let Some(s) = ch.size {
             st.truncate(ino, s)?;
         }
         let now = SystemTime::now();
         let n = st.node_mut(ino)?;
-        if let Some(m) = mode {
+        if let Some(m) = ch.mode {
             n.perm = (m & 0o7777) as u16;
             crate::acl::follow_chmod(n);
         }
-        if let Some(u) = uid {
+        if let Some(u) = ch.uid {
             n.uid = u;
         }
-        if let Some(g) = gid {
+        if let Some(g) = ch.gid {
             n.gid = g;
         }
-        if let Some(a) = atime {
+        if let Some(a) = ch.atime {
             n.atime = to_time(a);
         }
-        if let Some(m) = mtime {
+        if let Some(m) = ch.mtime {
             n.mtime = to_time(m);
         }
         n.ctime = now;
@@ -947,7 +971,8 @@ impl Filesystem for BasaltFs {
         reply: ReplyAttr,
     ) {
         self.shared.requests.count(Op::Setattr);
-        match self.setattr_inner(req, ino.0, mode, uid, gid, size, atime, mtime) {
+        let ch = AttrChanges::new(mode, uid, gid, size, atime, mtime);
+        match self.setattr_inner(req, ino.0, ch) {
             Ok(a) => reply.attr(&self.shared.opts.attr_ttl, &a),
             Err(e) => reply.error(ferr(e)),
         }

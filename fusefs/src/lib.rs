@@ -17,6 +17,7 @@ mod nullfs;
 mod read_pool;
 mod rename;
 mod requests;
+pub mod ring;
 mod state;
 mod views;
 

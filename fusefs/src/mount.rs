@@ -1,7 +1,9 @@
 //! Mounting, unmounting and the background flusher.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
@@ -70,6 +72,8 @@ pub struct MountHandle {
     _observing: Option<Observing>,
     /// The engine's mark as mounted in this process.
     _mounted: Option<crate::fids::Mounted>,
+    /// The io_uring queues (`-o io_uring`, null filesystem only).
+    ring: Option<crate::ring::Ring>,
 }
 
 /// An engine write observer registered for as long as this lives.
@@ -95,6 +99,7 @@ fn parse_options(cfg: &MountConfig) -> Result<(FsOptions, Vec<MountOption>), FsE
         read_threads: DEFAULT_READ_THREADS,
         workers: worker_threads(cfg.threads),
         readahead_kb: DEFAULT_READAHEAD_KB,
+        io_uring: None,
     };
     let mut m = vec![
         MountOption::FSName("basalt".into()),
@@ -148,6 +153,12 @@ fn parse_options(cfg: &MountConfig) -> Result<(FsOptions, Vec<MountOption>), FsE
                     .ok()
                     .filter(|&x| x == 0 || (4..=65536).contains(&x))
                     .ok_or_else(|| FsError::InvalidOption(opt.to_string()))?
+            }
+            "io_uring" => {
+                o.io_uring = Some(
+                    v.parse()
+                        .map_err(|_| FsError::InvalidOption(opt.to_string()))?,
+                )
             }
             "max_write" => {
                 o.max_write = v
@@ -240,6 +251,11 @@ fn build_state(db: Db, chunk_size: u64, mount_id: u64) -> Result<State, FsError>
 /// Mounts `db` at `cfg.mountpoint`; returns once the mount is live.
 pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
     let (opts, mopts) = parse_options(&cfg)?;
+    if opts.io_uring.is_some() {
+        return Err(FsError::InvalidOption(
+            "io_uring (only the null filesystem serves FUSE over io_uring so far)".into(),
+        ));
+    }
     let chunk_size = match cfg.chunk_size {
         0 => crate::DEFAULT_CHUNK_SIZE,
         n if (4096..=(8 << 20)).contains(&n) => n,
@@ -269,8 +285,8 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
         shared: shared.clone(),
     };
     let done = shared.done.clone();
-    let (unmounter, session, notifier) =
-        start_session(fs, &cfg, mopts, workers, readahead_kb, done.clone())?;
+    let (unmounter, session, notifier, _) = start_session(fs, &cfg, mopts, workers, done.clone())?;
+    set_readahead(&cfg.mountpoint, readahead_kb);
     spawn_forgetter(notifier, forget_rx);
     let fl_shared = shared.clone();
     let flusher = std::thread::Builder::new()
@@ -290,6 +306,7 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
         flusher,
         _observing: Some(observing),
         _mounted: Some(mounted),
+        ring: None,
     })
 }
 
@@ -330,11 +347,11 @@ pub fn mount_null(cfg: MountConfig) -> Result<MountHandle, FsError> {
     let (opts, mut mopts) = parse_options(&cfg)?;
     mopts[0] = MountOption::FSName("basalt-null".into());
     let (readahead_kb, workers) = (opts.readahead_kb, opts.workers);
+    let (pinning, max_write) = (opts.io_uring, opts.max_write);
     let fs = crate::nullfs::NullFs::new(opts);
-    let done = fs.done.clone();
-    let (unmounter, session, _) =
-        start_session(fs, &cfg, mopts, workers, readahead_kb, done.clone())?;
-    Ok(MountHandle {
+    let (core, done) = (fs.core.clone(), fs.done.clone());
+    let (unmounter, session, _, fd) = start_session(fs, &cfg, mopts, workers, done.clone())?;
+    let mut handle = MountHandle {
         mountpoint: cfg.mountpoint,
         shared: None,
         done,
@@ -343,8 +360,39 @@ pub fn mount_null(cfg: MountConfig) -> Result<MountHandle, FsError> {
         flusher: None,
         _observing: None,
         _mounted: None,
-    })
+        ring: None,
+    };
+    if let Some(pinning) = pinning {
+        let refused = |detail: String| FsError::Mount {
+            mountpoint: handle.mountpoint.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::Unsupported, detail),
+        };
+        if !core.ring_granted.load(Ordering::Relaxed) {
+            return Err(refused(match crate::ring::kernel_enabled() {
+                None => "this kernel has no FUSE over io_uring (Linux 6.14+)".into(),
+                Some(false) => "FUSE over io_uring is disabled: \
+                                echo Y > /sys/module/fuse/parameters/enable_uring"
+                    .into(),
+                Some(true) => "the kernel did not grant FUSE over io_uring at INIT".into(),
+            }));
+        }
+        let cfg = crate::ring::RingConfig {
+            pinning,
+            depth: RING_DEPTH,
+            // The largest request or reply: max_write, and reads of up to 1 MiB.
+            payload: (max_write as usize).max(1 << 20),
+        };
+        let ring = crate::ring::Ring::start(&fd, cfg, core)
+            .map_err(|e| refused(format!("starting the io_uring queues: {e}")))?;
+        handle.ring = Some(ring);
+    }
+    // After the ring: with io_uring granted, requests wait until its queues are up.
+    set_readahead(&handle.mountpoint, readahead_kb);
+    Ok(handle)
 }
+
+/// Entries per io_uring queue: requests one queue has in progress at once.
+const RING_DEPTH: usize = 16;
 
 type SessionThread = JoinHandle<std::io::Result<()>>;
 
@@ -358,16 +406,16 @@ fn worker_threads(configured: usize) -> usize {
 }
 
 /// Mounts `fs` and serves it on `threads` workers (`FsOptions::workers`), each
-/// with its own cloned `/dev/fuse` fd, then sets the mount's readahead; `done` is
-/// marked when the session ends. Also returns the session's notifier.
+/// with its own cloned `/dev/fuse` fd; `done` is marked when the session ends. Also
+/// returns the session's notifier and a copy of its `/dev/fuse` fd (for io_uring).
+/// INIT is done on return; the caller sets the readahead ([`set_readahead`]).
 fn start_session<F: Filesystem>(
     fs: F,
     cfg: &MountConfig,
     mut mopts: Vec<MountOption>,
     threads: usize,
-    readahead_kb: u32,
     done: Arc<Done>,
-) -> Result<(SessionUnmounter, SessionThread, fuser::Notifier), FsError> {
+) -> Result<(SessionUnmounter, SessionThread, fuser::Notifier, OwnedFd), FsError> {
     let mut config = Config::default();
     mopts.dedup();
     config.mount_options = mopts;
@@ -385,6 +433,11 @@ fn start_session<F: Filesystem>(
     })?;
     let unmounter = session.unmount_callable();
     let notifier = session.notifier();
+    let mount_err = |e: std::io::Error| FsError::Mount {
+        mountpoint: mountpoint.clone(),
+        source: e,
+    };
+    let fd = session.as_fd().try_clone_to_owned().map_err(mount_err)?;
     let thread = std::thread::Builder::new()
         .name("basalt-fuse".into())
         .spawn(move || {
@@ -396,8 +449,7 @@ fn start_session<F: Filesystem>(
             mountpoint: mountpoint.clone(),
             source: e,
         })?;
-    set_readahead(mountpoint, readahead_kb);
-    Ok((unmounter, thread, notifier))
+    Ok((unmounter, thread, notifier, fd))
 }
 
 /// Where the kernel keeps the readahead of the filesystem mounted at `mountpoint`:
@@ -455,6 +507,7 @@ impl MountHandle {
                 let _ = t.join();
             }
         }
+        self.stop_ring();
         self.done.mark();
         if let Some(t) = self.flusher.take() {
             let _ = t.join();
@@ -479,6 +532,24 @@ impl MountHandle {
         self.done.wait()
     }
 
+    /// Waits for the io_uring queue threads (the kernel ends them at unmount) and
+    /// reports what they served and any error they stopped with.
+    fn stop_ring(&mut self) {
+        let Some(ring) = self.ring.take() else {
+            return;
+        };
+        eprintln!(
+            "basalt-fusefs: {} requests served over io_uring",
+            ring.served()
+        );
+        if let Some(e) = ring.error() {
+            eprintln!("basalt-fusefs: io_uring queue stopped: {e}");
+        }
+        if !ring.join(Duration::from_secs(5)) {
+            eprintln!("basalt-fusefs: io_uring queue threads still running 5 s after unmount");
+        }
+    }
+
     fn flush_and_sync(&self) -> Result<(), crate::state::Errno> {
         self.shared.as_ref().map_or(Ok(()), |s| s.flush_and_sync())
     }
@@ -494,6 +565,7 @@ impl Drop for MountHandle {
             if let Some(t) = self.session.take() {
                 let _ = t.join();
             }
+            self.stop_ring();
             self.done.mark();
             if let Some(t) = self.flusher.take() {
                 let _ = t.join();

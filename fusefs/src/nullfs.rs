@@ -10,19 +10,20 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::fuse::{
-    fopen_flags, negotiate, reply_listing, to_time, xattr_reply, Done, FsOptions, BLKSIZE,
+    fopen_flags, negotiate, to_time, xattr_reply, AttrChanges, Done, FsOptions, BLKSIZE,
 };
 use crate::requests::{Op, Requests};
+use crate::ring;
 use crate::state::killed_perm;
 
 const ROOT: u64 = 1;
@@ -86,12 +87,20 @@ impl Tree {
     }
 }
 
-/// See the module documentation.
-pub struct NullFs {
+/// The tree and the answers to each request, shared by the `/dev/fuse` front end
+/// ([`NullFs`]) and the io_uring one ([`ring::Serve`]).
+pub struct NullCore {
     opts: FsOptions,
     tree: Mutex<Tree>,
     killpriv: AtomicBool,
+    /// INIT granted FUSE over io_uring (asked for with `-o io_uring`).
+    pub ring_granted: AtomicBool,
     requests: Requests,
+}
+
+/// See the module documentation. The `fuser` session's filesystem.
+pub struct NullFs {
+    pub core: Arc<NullCore>,
     pub done: Arc<Done>,
 }
 
@@ -128,6 +137,15 @@ macro_rules! answer {
 
 impl NullFs {
     pub fn new(opts: FsOptions) -> NullFs {
+        NullFs {
+            core: Arc::new(NullCore::new(opts)),
+            done: Arc::default(),
+        }
+    }
+}
+
+impl NullCore {
+    fn new(opts: FsOptions) -> NullCore {
         let root = Inode {
             attr: new_attr(ROOT, FileType::Directory, 0o755, (0, 0)),
             data: Vec::new(),
@@ -135,7 +153,7 @@ impl NullFs {
             parent: ROOT,
             lookups: 0,
         };
-        NullFs {
+        NullCore {
             opts,
             tree: Mutex::new(Tree {
                 nodes: HashMap::from([(ROOT, root)]),
@@ -144,8 +162,8 @@ impl NullFs {
                 next_fh: 1,
             }),
             killpriv: AtomicBool::new(false),
+            ring_granted: AtomicBool::new(false),
             requests: Requests::default(),
-            done: Arc::default(),
         }
     }
 
@@ -155,7 +173,7 @@ impl NullFs {
 
     fn make(
         &self,
-        req: &Request,
+        (uid, gid): (u32, u32),
         parent: u64,
         name: &OsStr,
         kind: FileType,
@@ -172,7 +190,7 @@ impl NullFs {
         }
         let ino = t.next_ino;
         t.next_ino += 1;
-        let attr = new_attr(ino, kind, (perm & 0o7777) as u16, (req.uid(), req.gid()));
+        let attr = new_attr(ino, kind, (perm & 0o7777) as u16, (uid, gid));
         let node = Inode {
             attr,
             data: Vec::new(),
@@ -222,47 +240,243 @@ impl NullFs {
         }
         Ok(out)
     }
+
+    fn lookup(&self, parent: u64, name: &OsStr) -> Result<FileAttr, Errno> {
+        self.requests.count(Op::Lookup);
+        let mut t = self.tree();
+        let ino = t.child(parent, name)?;
+        let n = t.node(ino)?;
+        n.lookups += 1;
+        Ok(n.attr)
+    }
+
+    fn forget(&self, ino: u64, nlookup: u64) {
+        self.requests.count(Op::Forget);
+        let mut t = self.tree();
+        if let Some(n) = t.nodes.get_mut(&ino) {
+            n.lookups = n.lookups.saturating_sub(nlookup);
+        }
+        t.maybe_drop(ino);
+    }
+
+    fn getattr(&self, ino: u64) -> Result<FileAttr, Errno> {
+        self.requests.count(Op::Getattr);
+        self.tree().node(ino).map(|n| n.attr)
+    }
+
+    fn setattr(&self, ino: u64, ch: AttrChanges) -> Result<FileAttr, Errno> {
+        self.requests.count(Op::Setattr);
+        let mut t = self.tree();
+        let n = t.node(ino)?;
+        if let Some(s) = ch.size {
+            if n.attr.kind != FileType::RegularFile {
+                return Err(Errno::EISDIR);
+            }
+            if s > MAX_SIZE {
+                return Err(Errno::EFBIG);
+            }
+            n.set_len(s);
+            n.attr.mtime = SystemTime::now();
+        }
+        if let Some(m) = ch.mode {
+            n.attr.perm = (m & 0o7777) as u16;
+        }
+        n.attr.uid = ch.uid.unwrap_or(n.attr.uid);
+        n.attr.gid = ch.gid.unwrap_or(n.attr.gid);
+        if let Some(a) = ch.atime {
+            n.attr.atime = to_time(a);
+        }
+        if let Some(m) = ch.mtime {
+            n.attr.mtime = to_time(m);
+        }
+        n.attr.ctime = SystemTime::now();
+        Ok(n.attr)
+    }
+
+    fn mkdir(
+        &self,
+        who: (u32, u32),
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+    ) -> Result<FileAttr, Errno> {
+        self.requests.count(Op::Mkdir);
+        self.make(who, parent, name, FileType::Directory, mode)
+    }
+
+    fn unlink(&self, parent: u64, name: &OsStr, dir: bool) -> Result<(), Errno> {
+        self.requests
+            .count(if dir { Op::Rmdir } else { Op::Unlink });
+        self.remove(parent, name, dir)
+    }
+
+    fn open(&self, ino: u64, flags: i32) -> Result<FopenFlags, Errno> {
+        self.requests.count(Op::Open);
+        let t = &mut self.tree();
+        let n = t.node(ino)?;
+        if n.attr.kind == FileType::Directory && flags & libc::O_ACCMODE != libc::O_RDONLY {
+            return Err(Errno::EISDIR);
+        }
+        Ok(fopen_flags(flags))
+    }
+
+    /// Hands `size` bytes from `offset` (fewer at the end) to `out`.
+    fn read<T>(
+        &self,
+        ino: u64,
+        offset: u64,
+        size: u32,
+        out: impl FnOnce(&[u8]) -> T,
+    ) -> Result<T, Errno> {
+        self.requests.count(Op::Read);
+        let mut t = self.tree();
+        let n = t.node(ino)?;
+        let a = (offset as usize).min(n.data.len());
+        let z = a.saturating_add(size as usize).min(n.data.len());
+        Ok(out(&n.data[a..z]))
+    }
+
+    fn write(&self, ino: u64, offset: u64, data: &[u8], kill_suidgid: bool) -> Result<u32, Errno> {
+        self.requests.count(Op::Write);
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= MAX_SIZE)
+            .ok_or(Errno::EFBIG)?;
+        let mut t = self.tree();
+        let n = t.node(ino)?;
+        if n.attr.size < end {
+            n.set_len(end);
+        }
+        n.data[offset as usize..end as usize].copy_from_slice(data);
+        let now = SystemTime::now();
+        n.attr.mtime = now;
+        n.attr.ctime = now;
+        if self.killpriv.load(Ordering::Relaxed) && kill_suidgid {
+            n.attr.perm = killed_perm(n.attr.perm, false);
+        }
+        Ok(data.len() as u32)
+    }
+
+    fn opendir(&self, ino: u64) -> Result<u64, Errno> {
+        self.requests.count(Op::Opendir);
+        let entries = self.listing(ino)?;
+        let mut t = self.tree();
+        let fh = t.next_fh;
+        t.next_fh += 1;
+        t.listings.insert(fh, entries);
+        Ok(fh)
+    }
+
+    /// Calls `add` with each entry of the listing `fh` from `offset` on (and the
+    /// entry's attributes) until it returns true (the reply is full). An entry
+    /// returned with attributes (READDIRPLUS) counts as a lookup, `.` and `..` aside.
+    fn entries(
+        &self,
+        fh: u64,
+        offset: u64,
+        plus: bool,
+        mut add: impl FnMut(u64, &OsStr, FileType, &FileAttr) -> bool,
+    ) -> Result<(), Errno> {
+        self.requests
+            .count(if plus { Op::Readdirplus } else { Op::Readdir });
+        let mut t = self.tree();
+        let entries = t.listings.get(&fh).cloned().ok_or(Errno::EBADF)?;
+        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+            let Some(n) = t.nodes.get_mut(ino) else {
+                continue;
+            };
+            if add((i + 1) as u64, name, *kind, &n.attr) {
+                break;
+            }
+            if plus && name != "." && name != ".." {
+                n.lookups += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn releasedir(&self, fh: u64) {
+        self.requests.count(Op::Releasedir);
+        self.tree().listings.remove(&fh);
+    }
+
+    /// Blocks, free blocks, available blocks, files, free files, block size, name
+    /// length, fragment size.
+    fn statfs(&self) -> (u64, u64, u64, u64, u64, u32, u32, u32) {
+        self.requests.count(Op::Statfs);
+        let files = self.tree().nodes.len() as u64;
+        (
+            1 << 28,
+            1 << 28,
+            1 << 28,
+            files + (1 << 20),
+            1 << 20,
+            4096,
+            255,
+            4096,
+        )
+    }
+
+    fn access(&self, ino: u64) -> Result<(), Errno> {
+        self.requests.count(Op::Access);
+        self.tree().node(ino).map(|_| ())
+    }
+
+    fn create(
+        &self,
+        who: (u32, u32),
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+    ) -> Result<(FileAttr, FopenFlags), Errno> {
+        self.requests.count(Op::Create);
+        if mode & libc::S_IFMT != libc::S_IFREG && mode & libc::S_IFMT != 0 {
+            return Err(Errno::EPERM);
+        }
+        let a = self.make(who, parent, name, FileType::RegularFile, mode)?;
+        Ok((a, fopen_flags(flags)))
+    }
 }
 
 impl Filesystem for NullFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let killpriv = negotiate(&self.opts, config);
-        self.killpriv.store(killpriv, Ordering::Relaxed);
+        let c = &self.core;
+        c.killpriv
+            .store(negotiate(&c.opts, config), Ordering::Relaxed);
+        if c.opts.io_uring.is_some() {
+            let granted = config
+                .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                .is_ok();
+            c.ring_granted.store(granted, Ordering::Relaxed);
+        }
         Ok(())
     }
 
     fn destroy(&mut self) {
-        eprintln!("basalt-fusefs nullfs: requests {}", self.requests.to_json());
+        eprintln!(
+            "basalt-fusefs nullfs: requests {}",
+            self.core.requests.to_json()
+        );
         self.done.mark();
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.requests.count(Op::Lookup);
-        let r = (|| {
-            let mut t = self.tree();
-            let ino = t.child(parent.0, name)?;
-            let n = t.node(ino)?;
-            n.lookups += 1;
-            Ok(n.attr)
-        })();
-        let ttl = self.opts.entry_ttl;
-        answer!(reply, r, |a| reply.entry(&ttl, &a, Generation(0)));
+        let ttl = self.core.opts.entry_ttl;
+        answer!(reply, self.core.lookup(parent.0, name), |a| reply.entry(
+            &ttl,
+            &a,
+            Generation(0)
+        ));
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.requests.count(Op::Forget);
-        let mut t = self.tree();
-        if let Some(n) = t.nodes.get_mut(&ino.0) {
-            n.lookups = n.lookups.saturating_sub(nlookup);
-        }
-        t.maybe_drop(ino.0);
+        self.core.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.requests.count(Op::Getattr);
-        let r = self.tree().node(ino.0).map(|n| n.attr);
-        let ttl = self.opts.attr_ttl;
-        answer!(reply, r, |a| reply.attr(&ttl, &a));
+        let ttl = self.core.opts.attr_ttl;
+        answer!(reply, self.core.getattr(ino.0), |a| reply.attr(&ttl, &a));
     }
 
     fn setattr(
@@ -283,35 +497,9 @@ impl Filesystem for NullFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.requests.count(Op::Setattr);
-        let r = (|| {
-            let mut t = self.tree();
-            let n = t.node(ino.0)?;
-            if let Some(s) = size {
-                if n.attr.kind != FileType::RegularFile {
-                    return Err(Errno::EISDIR);
-                }
-                if s > MAX_SIZE {
-                    return Err(Errno::EFBIG);
-                }
-                n.set_len(s);
-                n.attr.mtime = SystemTime::now();
-            }
-            if let Some(m) = mode {
-                n.attr.perm = (m & 0o7777) as u16;
-            }
-            n.attr.uid = uid.unwrap_or(n.attr.uid);
-            n.attr.gid = gid.unwrap_or(n.attr.gid);
-            if let Some(a) = atime {
-                n.attr.atime = to_time(a);
-            }
-            if let Some(m) = mtime {
-                n.attr.mtime = to_time(m);
-            }
-            n.attr.ctime = SystemTime::now();
-            Ok(n.attr)
-        })();
-        let ttl = self.opts.attr_ttl;
+        let ch = AttrChanges::new(mode, uid, gid, size, atime, mtime);
+        let r = self.core.setattr(ino.0, ch);
+        let ttl = self.core.opts.attr_ttl;
         answer!(reply, r, |a| reply.attr(&ttl, &a));
     }
 
@@ -324,31 +512,26 @@ impl Filesystem for NullFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.requests.count(Op::Mkdir);
-        let r = self.make(req, parent.0, name, FileType::Directory, mode & !umask);
-        let ttl = self.opts.entry_ttl;
+        let r = self
+            .core
+            .mkdir((req.uid(), req.gid()), parent.0, name, mode & !umask);
+        let ttl = self.core.opts.entry_ttl;
         answer!(reply, r, |a| reply.entry(&ttl, &a, Generation(0)));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.requests.count(Op::Unlink);
-        answer!(reply, self.remove(parent.0, name, false), |()| reply.ok());
+        answer!(reply, self.core.unlink(parent.0, name, false), |()| reply
+            .ok());
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.requests.count(Op::Rmdir);
-        answer!(reply, self.remove(parent.0, name, true), |()| reply.ok());
+        answer!(reply, self.core.unlink(parent.0, name, true), |()| reply
+            .ok());
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.requests.count(Op::Open);
-        let r = self.tree().node(ino.0).and_then(|n| {
-            if n.attr.kind == FileType::Directory && flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
-                return Err(Errno::EISDIR);
-            }
-            Ok(fopen_flags(flags.0))
-        });
-        answer!(reply, r, |fl| reply.opened(FileHandle(0), fl));
+        answer!(reply, self.core.open(ino.0, flags.0), |fl| reply
+            .opened(FileHandle(0), fl));
     }
 
     fn read(
@@ -362,15 +545,12 @@ impl Filesystem for NullFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.requests.count(Op::Read);
-        let mut t = self.tree();
-        match t.node(ino.0) {
-            Ok(n) => {
-                let a = (offset as usize).min(n.data.len());
-                let z = a.saturating_add(size as usize).min(n.data.len());
-                reply.data(&n.data[a..z]);
-            }
-            Err(e) => reply.error(e),
+        let mut reply = Some(reply);
+        let r = self.core.read(ino.0, offset, size, |d| {
+            reply.take().expect("one reply").data(d)
+        });
+        if let (Err(e), Some(reply)) = (r, reply) {
+            reply.error(e);
         }
     }
 
@@ -386,29 +566,9 @@ impl Filesystem for NullFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.requests.count(Op::Write);
-        let r = (|| {
-            let end = offset
-                .checked_add(data.len() as u64)
-                .filter(|&e| e <= MAX_SIZE)
-                .ok_or(Errno::EFBIG)?;
-            let mut t = self.tree();
-            let n = t.node(ino.0)?;
-            if n.attr.size < end {
-                n.set_len(end);
-            }
-            n.data[offset as usize..end as usize].copy_from_slice(data);
-            let now = SystemTime::now();
-            n.attr.mtime = now;
-            n.attr.ctime = now;
-            if self.killpriv.load(Ordering::Relaxed)
-                && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
-            {
-                n.attr.perm = killed_perm(n.attr.perm, false);
-            }
-            Ok(data.len() as u32)
-        })();
-        answer!(reply, r, |w| reply.written(w));
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        answer!(reply, self.core.write(ino.0, offset, data, kill), |w| reply
+            .written(w));
     }
 
     /// Declined like the Basalt mount's (see there), so `close` costs the same.
@@ -420,7 +580,7 @@ impl Filesystem for NullFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.requests.count(Op::Flush);
+        self.core.requests.count(Op::Flush);
         reply.error(Errno::ENOSYS);
     }
 
@@ -434,25 +594,17 @@ impl Filesystem for NullFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.requests.count(Op::Release);
+        self.core.requests.count(Op::Release);
         reply.ok();
     }
 
     fn fsync(&self, _req: &Request, _: INodeNo, _: FileHandle, _: bool, reply: ReplyEmpty) {
-        self.requests.count(Op::Fsync);
+        self.core.requests.count(Op::Fsync);
         reply.ok();
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.requests.count(Op::Opendir);
-        let r = self.listing(ino.0).map(|entries| {
-            let mut t = self.tree();
-            let fh = t.next_fh;
-            t.next_fh += 1;
-            t.listings.insert(fh, entries);
-            fh
-        });
-        answer!(reply, r, |fh| reply
+        answer!(reply, self.core.opendir(ino.0), |fh| reply
             .opened(FileHandle(fh), FopenFlags::empty()));
     }
 
@@ -462,14 +614,14 @@ impl Filesystem for NullFs {
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        reply: ReplyDirectory,
+        mut reply: ReplyDirectory,
     ) {
-        self.requests.count(Op::Readdir);
-        let t = self.tree();
-        let Some(entries) = t.listings.get(&fh.0) else {
-            return reply.error(Errno::EBADF);
-        };
-        reply_listing(entries, offset, reply);
+        let r = self
+            .core
+            .entries(fh.0, offset, false, |off, name, kind, a| {
+                reply.add(a.ino, off, kind, name)
+            });
+        answer!(reply, r, |()| reply.ok());
     }
 
     fn readdirplus(
@@ -480,31 +632,11 @@ impl Filesystem for NullFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        self.requests.count(Op::Readdirplus);
-        let mut t = self.tree();
-        let Some(entries) = t.listings.get(&fh.0).cloned() else {
-            return reply.error(Errno::EBADF);
-        };
-        let ttl = self.opts.entry_ttl;
-        for (i, (ino, _, name)) in entries.iter().enumerate().skip(offset as usize) {
-            let Some(n) = t.nodes.get_mut(ino) else {
-                continue;
-            };
-            if reply.add(
-                INodeNo(*ino),
-                (i + 1) as u64,
-                name,
-                &ttl,
-                &n.attr,
-                Generation(0),
-            ) {
-                break;
-            }
-            if name != "." && name != ".." {
-                n.lookups += 1;
-            }
-        }
-        reply.ok();
+        let ttl = self.core.opts.entry_ttl;
+        let r = self.core.entries(fh.0, offset, true, |off, name, _, a| {
+            reply.add(a.ino, off, name, &ttl, a, Generation(0))
+        });
+        answer!(reply, r, |()| reply.ok());
     }
 
     fn releasedir(
@@ -515,45 +647,33 @@ impl Filesystem for NullFs {
         _: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.requests.count(Op::Releasedir);
-        self.tree().listings.remove(&fh.0);
+        self.core.releasedir(fh.0);
         reply.ok();
     }
 
     fn fsyncdir(&self, _req: &Request, _: INodeNo, _: FileHandle, _: bool, reply: ReplyEmpty) {
-        self.requests.count(Op::Fsyncdir);
+        self.core.requests.count(Op::Fsyncdir);
         reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.requests.count(Op::Statfs);
-        let files = self.tree().nodes.len() as u64;
-        reply.statfs(
-            1 << 28,
-            1 << 28,
-            1 << 28,
-            files + (1 << 20),
-            1 << 20,
-            4096,
-            255,
-            4096,
-        );
+        let (b, bf, ba, f, ff, bs, nl, fr) = self.core.statfs();
+        reply.statfs(b, bf, ba, f, ff, bs, nl, fr);
     }
 
     fn getxattr(&self, _req: &Request, _: INodeNo, _: &OsStr, _: u32, reply: ReplyXattr) {
         // ENODATA like the Basalt mount: ENOSYS would make the kernel stop asking.
-        self.requests.count(Op::Getxattr);
+        self.core.requests.count(Op::Getxattr);
         reply.error(Errno::ENODATA);
     }
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.requests.count(Op::Listxattr);
+        self.core.requests.count(Op::Listxattr);
         xattr_reply(reply, size, Vec::new());
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        self.requests.count(Op::Access);
-        answer!(reply, self.tree().node(ino.0).map(|_| ()), |_| reply.ok());
+        answer!(reply, self.core.access(ino.0), |_| reply.ok());
     }
 
     fn create(
@@ -566,18 +686,144 @@ impl Filesystem for NullFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.requests.count(Op::Create);
-        if mode & libc::S_IFMT != libc::S_IFREG && mode & libc::S_IFMT != 0 {
-            return reply.error(Errno::EPERM);
-        }
-        let r = self.make(req, parent.0, name, FileType::RegularFile, mode & !umask);
-        let ttl = self.opts.entry_ttl;
-        answer!(reply, r, |a| reply.created(
+        let who = (req.uid(), req.gid());
+        let r = self.core.create(who, parent.0, name, mode & !umask, flags);
+        let ttl = self.core.opts.entry_ttl;
+        answer!(reply, r, |(a, fl)| reply.created(
             &ttl,
             &a,
             Generation(0),
             FileHandle(0),
-            fopen_flags(flags)
+            fl
         ));
+    }
+}
+
+/// The same answers over io_uring (`-o io_uring`).
+impl ring::Serve for NullCore {
+    fn serve(&self, req: &ring::Request<'_>, reply: &mut ring::Reply<'_>) {
+        use ring::Op as R;
+        let (entry_ttl, attr_ttl) = (self.opts.entry_ttl, self.opts.attr_ttl);
+        let who = (req.uid, req.gid);
+        let ino = req.nodeid;
+        let r: Result<(), Errno> = (|| {
+            match req.op {
+                R::Lookup { name } => reply.entry(&self.lookup(ino, name)?, entry_ttl),
+                R::Getattr => reply.attr(&self.getattr(ino)?, attr_ttl),
+                R::Setattr(s) => {
+                    use ring::abi::fattr;
+                    let has = |bit: u32| s.valid & bit != 0;
+                    let time = |now: u32, secs: u64, nsecs: u32| {
+                        if has(now) {
+                            TimeOrNow::Now
+                        } else {
+                            TimeOrNow::SpecificTime(from_kernel_time(secs, nsecs))
+                        }
+                    };
+                    let ch = AttrChanges {
+                        mode: has(fattr::MODE).then_some(s.mode),
+                        uid: has(fattr::UID).then_some(s.uid),
+                        gid: has(fattr::GID).then_some(s.gid),
+                        size: has(fattr::SIZE).then_some(s.size),
+                        atime: has(fattr::ATIME)
+                            .then(|| time(fattr::ATIME_NOW, s.atime, s.atimensec)),
+                        mtime: has(fattr::MTIME)
+                            .then(|| time(fattr::MTIME_NOW, s.mtime, s.mtimensec)),
+                    };
+                    let a = self.setattr(ino, ch)?;
+                    reply.attr(&a, attr_ttl)
+                }
+                R::Mkdir { name, mode, umask } => {
+                    reply.entry(&self.mkdir(who, ino, name, mode & !umask)?, entry_ttl)
+                }
+                R::Unlink { name } => self.unlink(ino, name, false)?,
+                R::Rmdir { name } => self.unlink(ino, name, true)?,
+                R::Open { flags } => reply.opened(0, self.open(ino, flags)?.bits()),
+                R::Read { offset, size, .. } => {
+                    self.read(ino, offset, size, |d| reply.bytes(d))?;
+                }
+                R::Write {
+                    offset,
+                    data,
+                    write_flags,
+                    ..
+                } => {
+                    let kill = write_flags & ring::abi::WRITE_KILL_SUIDGID != 0;
+                    reply.written(self.write(ino, offset, data, kill)?)
+                }
+                R::Statfs => {
+                    let (blocks, bfree, bavail, files, ffree, bsize, namelen, frsize) =
+                        self.statfs();
+                    reply.statfs(ring::abi::StatfsOut {
+                        blocks,
+                        bfree,
+                        bavail,
+                        files,
+                        ffree,
+                        bsize,
+                        namelen,
+                        frsize,
+                        padding: 0,
+                        spare: [0; 6],
+                    })
+                }
+                R::Release { .. } => self.requests.count(Op::Release),
+                R::Fsync { .. } => self.requests.count(Op::Fsync),
+                R::Fsyncdir { .. } => self.requests.count(Op::Fsyncdir),
+                R::Flush { .. } => {
+                    self.requests.count(Op::Flush);
+                    return Err(Errno::ENOSYS);
+                }
+                R::Getxattr { .. } => {
+                    self.requests.count(Op::Getxattr);
+                    return Err(Errno::ENODATA);
+                }
+                R::Listxattr { size } => {
+                    self.requests.count(Op::Listxattr);
+                    reply.xattr(size, &[])
+                }
+                R::Opendir { .. } => reply.opened(self.opendir(ino)?, 0),
+                R::Readdir { fh, offset, size } => {
+                    self.entries(fh, offset, false, |off, name, kind, a| {
+                        reply.dirent(a.ino.0, off, kind, name, size as usize)
+                    })?
+                }
+                R::Readdirplus { fh, offset, size } => {
+                    self.entries(fh, offset, true, |off, name, _, a| {
+                        reply.direntplus(a, entry_ttl, off, name, size as usize)
+                    })?
+                }
+                R::Releasedir { fh } => self.releasedir(fh),
+                R::Access { .. } => self.access(ino)?,
+                R::Create {
+                    name,
+                    mode,
+                    umask,
+                    flags,
+                } => {
+                    let (a, fl) = self.create(who, ino, name, mode & !umask, flags)?;
+                    reply.created(&a, entry_ttl, 0, fl.bits())
+                }
+                R::Other(op) => {
+                    // As `fuser` does for what the `/dev/fuse` front end leaves out.
+                    eprintln!("basalt-fusefs nullfs: opcode {op} answered ENOSYS");
+                    return Err(Errno::ENOSYS);
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            reply.error(e.code());
+        }
+    }
+}
+
+/// A time the kernel sent as seconds (negative before the epoch) and nanoseconds.
+fn from_kernel_time(secs: u64, nsecs: u32) -> SystemTime {
+    let secs = secs as i64;
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::new(secs as u64, nsecs)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + Duration::from_nanos(nsecs.into())
     }
 }

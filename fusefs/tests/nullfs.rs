@@ -21,8 +21,14 @@ fn err(r: std::io::Result<impl std::fmt::Debug>) -> i32 {
 fn null_mount_creates_writes_stats_reads_and_unlinks() {
     require_fuse!();
     let tmp = tempfile::tempdir().unwrap();
-    let mp = tmp.path().join("mnt");
-    let m = DevMount::start_null(&mp, &[]);
+    let log = exercise(&tmp.path().join("mnt"), &[]);
+    assert!(log.contains("nullfs: requests"), "{log}");
+}
+
+/// Creates, writes, stats, reads, lists and unlinks through a null mount started
+/// with `extra`; returns the daemon's stderr.
+fn exercise(mp: &Path, extra: &[&str]) -> String {
+    let m = DevMount::start_null(mp, extra);
     let dir = mp.join("c");
     std::fs::create_dir(&dir).unwrap();
     assert_eq!(err(std::fs::create_dir(&dir)), libc::EEXIST);
@@ -80,9 +86,8 @@ fn null_mount_creates_writes_stats_reads_and_unlinks() {
     std::fs::remove_dir(dir.join("sub")).unwrap();
     std::fs::remove_file(dir.join("big")).unwrap();
     std::fs::remove_dir(&dir).unwrap();
-    assert_eq!(std::fs::read_dir(&mp).unwrap().count(), 0);
-    let log = m.stop_with_stderr();
-    assert!(log.contains("nullfs: requests"), "{log}");
+    assert_eq!(std::fs::read_dir(mp).unwrap().count(), 0);
+    m.stop_with_stderr()
 }
 
 /// `files` (create, stat, delete) through a mount; FUSE requests by operation as
@@ -110,6 +115,16 @@ fn files_run(mp: &Path) {
     }
 }
 
+/// The daemon's request counts by operation (its `nullfs: requests` line).
+fn null_counts(log: &str) -> BTreeMap<String, u64> {
+    let line = log
+        .lines()
+        .find_map(|l| l.split_once("nullfs: requests "))
+        .unwrap_or_else(|| panic!("no request counts in {log:?}"))
+        .1;
+    counts(&serde_json::from_str(line).unwrap())
+}
+
 fn counts(v: &serde_json::Value) -> BTreeMap<String, u64> {
     v.as_object()
         .unwrap()
@@ -126,13 +141,7 @@ fn null_mount_gets_the_requests_of_the_basalt_mount() {
     let mp = tmp.path().join("null");
     let m = DevMount::start_null(&mp, &[]);
     files_run(&mp);
-    let log = m.stop_with_stderr();
-    let line = log
-        .lines()
-        .find_map(|l| l.split_once("nullfs: requests "))
-        .unwrap_or_else(|| panic!("no request counts in {log:?}"))
-        .1;
-    let null = counts(&serde_json::from_str(line).unwrap());
+    let null = null_counts(&m.stop_with_stderr());
 
     let mp = tmp.path().join("basalt");
     let m = DevMount::start(&tmp.path().join("data"), &mp, &[]);
@@ -186,4 +195,81 @@ fn files_bench_rejects_bad_flags_and_survives_a_closed_stdout() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("stdout: Broken pipe"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+}
+
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Sets the kernel's FUSE-over-io_uring switch, and puts back what it was when
+/// dropped (it is global, and CI machines are shared).
+struct UringSwitch(String);
+
+impl UringSwitch {
+    fn set(on: bool) -> UringSwitch {
+        let was = std::fs::read_to_string(ENABLE_URING).unwrap();
+        std::fs::write(ENABLE_URING, if on { "Y" } else { "N" }).unwrap();
+        UringSwitch(was.trim().to_string())
+    }
+}
+
+impl Drop for UringSwitch {
+    fn drop(&mut self) {
+        let _ = std::fs::write(ENABLE_URING, &self.0);
+    }
+}
+
+/// `-o io_uring`: the same checks pass with every request but FORGET answered over
+/// io_uring (INIT, FORGET and INTERRUPT stay on /dev/fuse), with each placement of
+/// the queue threads; a kernel with the switch off refuses the mount, saying how
+/// to turn it on.
+#[test]
+fn null_mount_over_io_uring_answers_every_request_on_the_ring() {
+    require_fuse!();
+    if !Path::new(ENABLE_URING).exists() {
+        eprintln!("SKIPPED: this kernel has no FUSE over io_uring ({ENABLE_URING} missing)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    {
+        let _off = UringSwitch::set(false);
+        let mp = tmp.path().join("off");
+        std::fs::create_dir(&mp).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_basalt-fusefs-dev"))
+            .args(["nullfs", "-o", "io_uring"])
+            .arg(&mp)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "mounted with io_uring disabled");
+        assert!(
+            err.contains("echo Y > /sys/module/fuse/parameters/enable_uring"),
+            "{err}"
+        );
+        assert!(!common::is_mounted(&mp), "a refused mount was left behind");
+    }
+    let _on = UringSwitch::set(true);
+    for pinning in ["same", "other", "none"] {
+        let mp = tmp.path().join(pinning);
+        let opt = format!("io_uring={pinning}");
+        let log = exercise(&mp, &["-o", &opt]);
+        let by_op = null_counts(&log);
+        let served: u64 = log
+            .lines()
+            .find_map(|l| l.strip_suffix(" requests served over io_uring"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no io_uring count in {log:?}"));
+        // Opcodes neither front end serves (FUSE_STATX: the kernel then uses GETATTR)
+        // are answered ENOSYS, and counted by no operation.
+        let declined = log.matches("answered ENOSYS").count() as u64;
+        let total: u64 = by_op.values().sum::<u64>() + declined;
+        let on_dev_fuse = by_op["forget"];
+        assert!(by_op["create"] >= 51 && by_op["read"] > 0, "{by_op:?}");
+        assert_eq!(
+            served,
+            total - on_dev_fuse,
+            "{pinning}: requests other than FORGET went to /dev/fuse: {by_op:?}\n{log}"
+        );
+        assert!(!log.contains("queue stopped"), "{log}");
+        println!("io_uring={pinning}: {served} requests over the ring, {on_dev_fuse} FORGETs on /dev/fuse");
+    }
 }

@@ -5,7 +5,8 @@
 //! `basalt-fusefs-dev nullfs [--threads N] [--no-allow-other] [-o OPTS] MOUNTPOINT`
 //! mounts the null filesystem instead: an in-memory tree with no engine, served with
 //! the same session, INIT flags and options as `mount`, to measure the FUSE ceiling
-//! (run `files` against both). Prints its FUSE request counts at unmount.
+//! (run `files` against both). Prints its FUSE request counts at unmount. With
+//! `-o io_uring[=same|other|none]` it is served over FUSE's io_uring transport.
 //!
 //! `basalt-fusefs-dev files --dir DIR [--count N] [--threads T] [--size BYTES]
 //! [--daemon PID]` creates, stats and deletes N files of SIZE bytes with T threads and

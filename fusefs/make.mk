@@ -8,7 +8,7 @@ BENCH_TARGETS += bench-fusefs bench-ring
 test-fusefs:
 	./fusefs/scripts/test-fusefs.sh
 
-## bench-fusefs: fio (incl. synced 4k writes), file creation, untar/find/du on Basalt vs ext4 (ratios)
+## bench-fusefs: fio (incl. synced 4k writes), file creation, untar/find/du on Basalt vs ext4 (ratios), with the FUSE ceiling
 bench-fusefs:
 	./fusefs/scripts/bench-fusefs.sh
 

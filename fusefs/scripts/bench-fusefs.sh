@@ -8,7 +8,7 @@
 # stat, delete, the source tree) also the null filesystem's result: the ceiling of any
 # FUSE filesystem on this machine (ARCHITECTURE.md, "The FUSE ceiling"). Env: BENCH_DIR (default /var/tmp, must be on the disk to compare),
 # BENCH_SIZE (default 4g), BENCH_FILES (default 100000), BENCH_CHUNK (chunk size,
-# default the crate's), BENCH_OPTS (extra -o options for the mount), BENCH_RUNTIME
+# default the crate's), BENCH_OPTS (extra -o options for the mount, e.g. io_uring), BENCH_RUNTIME
 # (seconds of each random-read and synced-write run, default 20).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,8 +24,11 @@ DEV="$TARGET/release/basalt-fusefs-dev"
 WORK=$(mktemp -d "$BASE/basalt-fusefs-bench.XXXXXX")
 DEVPID=""
 NULLPID=""
+SWITCH=/sys/module/fuse/parameters/enable_uring
+WAS_SWITCH=$(cat $SWITCH 2>/dev/null || true)
 cleanup() {
   set +e
+  [ -n "$WAS_SWITCH" ] && echo "$WAS_SWITCH" >$SWITCH
   if [ -n "$DEVPID" ] && kill -0 "$DEVPID" 2>/dev/null; then kill "$DEVPID"; wait "$DEVPID"; fi
   if [ -n "$NULLPID" ] && kill -0 "$NULLPID" 2>/dev/null; then kill "$NULLPID"; wait "$NULLPID"; fi
   mountpoint -q "$WORK/mnt" && fusermount3 -u -z "$WORK/mnt"
@@ -37,6 +40,8 @@ mkdir -p "$WORK/mnt" "$WORK/ext4/c"
 EXTRA=()
 [ -n "${BENCH_CHUNK:-}" ] && EXTRA+=(--chunk-size "$BENCH_CHUNK")
 [ -n "${BENCH_OPTS:-}" ] && EXTRA+=(-o "$BENCH_OPTS")
+# -o io_uring needs the kernel's switch on for the run (put back at exit).
+case "${BENCH_OPTS:-}" in *io_uring*) echo Y >$SWITCH ;; esac
 "$DEV" mount --data "$WORK/data" "${EXTRA[@]}" "$WORK/mnt" >"$WORK/dev.log" 2>&1 &
 DEVPID=$!
 for _ in $(seq 200); do mountpoint -q "$WORK/mnt" && break; sleep 0.05; done

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pjdfstest (whole suite, compared case by case with ext4 on this machine) and fsx
 # (fixed seed, 100,000 operations; then a random seed, printed) against a Basalt
-# mount run by the dev binary. Needs root and /dev/fuse; skips (exit 0) with the
+# mount run by the dev binary, over /dev/fuse and then over io_uring (Linux 6.14+;
+# the kernel's enable_uring switch is turned on for that pass and put back). Needs root and /dev/fuse; skips (exit 0) with the
 # reason printed when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,11 +30,13 @@ WORK=$(mktemp -d /tmp/basalt-fusefs-test.XXXXXX)
 chmod 755 "$WORK" # pjdfstest switches to unprivileged users that must reach the mount
 CONF="$(pwd)/$HERE/pjdfstest.toml"
 DEVPID=""
+ORIG_SWITCH=$(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null || true)
 cleanup() {
   set +e
   if [ -n "$DEVPID" ] && kill -0 "$DEVPID" 2>/dev/null; then kill "$DEVPID"; wait "$DEVPID"; fi
   mountpoint -q "$WORK/mnt" && fusermount3 -u -z "$WORK/mnt"
   mountpoint -q "$WORK/ext4" && umount "$WORK/ext4"
+  [ -n "$ORIG_SWITCH" ] && echo "$ORIG_SWITCH" >/sys/module/fuse/parameters/enable_uring
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -47,53 +50,71 @@ mkdir "$WORK/ext4/t"
 (cd "$WORK/ext4/t" && "$TOOLS/bin/pjdfstest" -c "$CONF" -p "$WORK/ext4/t" >"$WORK/ext4.log" 2>&1) || true
 umount "$WORK/ext4"
 
-# 2. The same suite on Basalt.
-"$DEV" mount --data "$WORK/data" "$WORK/mnt" >"$WORK/dev.log" 2>&1 &
-DEVPID=$!
-for _ in $(seq 200); do mountpoint -q "$WORK/mnt" && break; sleep 0.05; done
-mountpoint -q "$WORK/mnt" || { cat "$WORK/dev.log"; echo "test-fusefs: mount failed"; exit 1; }
-mkdir "$WORK/mnt/pjdfstest"
-(cd "$WORK/mnt/pjdfstest" && "$TOOLS/bin/pjdfstest" -c "$CONF" -p "$WORK/mnt/pjdfstest" >"$WORK/basalt.log" 2>&1) || true
+# 2-4. The same suite on Basalt, fsx, and a clean unmount from outside; run over
+# /dev/fuse, then over FUSE's io_uring transport where the kernel has it (-o io_uring:
+# every request but FORGET is then answered on the ring). Sets PJD_FAILED/FSX_FAILED.
+PJD_FAILED=0
+FSX_FAILED=0
+basalt_pass() { # $1 = label, $2 = -o options (may be empty), $3 = fsx operations
+  local label=$1 opts=$2 fsx_ops=$3 log="$WORK/basalt-$1.log"
+  rm -rf "$WORK/data"
+  "$DEV" mount --data "$WORK/data" ${opts:+-o "$opts"} "$WORK/mnt" >"$WORK/dev.log" 2>&1 &
+  DEVPID=$!
+  for _ in $(seq 200); do mountpoint -q "$WORK/mnt" && break; sleep 0.05; done
+  mountpoint -q "$WORK/mnt" || { cat "$WORK/dev.log"; echo "test-fusefs: mount failed ($label)"; exit 1; }
+  mkdir "$WORK/mnt/pjdfstest"
+  (cd "$WORK/mnt/pjdfstest" && "$TOOLS/bin/pjdfstest" -c "$CONF" -p "$WORK/mnt/pjdfstest" >"$log" 2>&1) || true
+
+  status "$log" ok >"$WORK/basalt.ok"
+  comm -23 "$WORK/ext4.ok" "$WORK/basalt.ok" >"$WORK/regressed"
+  comm -23 "$WORK/regressed" "$WORK/excluded" >"$WORK/unexpected"
+  echo "pjdfstest basalt ($label): $(grep '^Summary' "$log" || echo 'no summary')"
+  echo "pjdfstest ($label): $(wc -l <"$WORK/ext4.ok") pass on ext4; $(wc -l <"$WORK/regressed") of them do not pass on Basalt ($(comm -12 "$WORK/regressed" "$WORK/excluded" | wc -l) excluded)"
+  if [ -s "$WORK/unexpected" ]; then
+    echo "pjdfstest ($label): cases passing on ext4 but not on Basalt (not excluded):"
+    sed 's/^/  /' "$WORK/unexpected"
+    grep -A6 -F -f "$WORK/unexpected" "$log" | head -200
+    PJD_FAILED=1
+  fi
+
+  # fsx: fixed seed, then a random one.
+  mkdir "$WORK/mnt/fsx"
+  echo "fsx ($label): seed 1, $fsx_ops operations"
+  if ! "$TOOLS/bin/fsx" -q -f "$HERE/fsx.toml" -N "$fsx_ops" -S 1 -P "$WORK" "$WORK/mnt/fsx/fixed" >"$WORK/fsx1.log" 2>&1; then
+    tail -40 "$WORK/fsx1.log"; FSX_FAILED=1
+  fi
+  local seed=$(( (RANDOM << 15) | RANDOM ))
+  echo "fsx ($label): random seed $seed, $FSX_RANDOM_OPS operations"
+  if ! "$TOOLS/bin/fsx" -q -f "$HERE/fsx.toml" -N "$FSX_RANDOM_OPS" -S "$seed" -P "$WORK" "$WORK/mnt/fsx/random" >"$WORK/fsx2.log" 2>&1; then
+    tail -40 "$WORK/fsx2.log"; FSX_FAILED=1
+  fi
+
+  # Clean unmount from outside: the daemon flushes, syncs and exits 0.
+  fusermount3 -u "$WORK/mnt"
+  wait "$DEVPID"; DEVPID=""
+  grep -h "served over io_uring\|io_uring queue" "$WORK/dev.log" || true
+}
 
 status() { awk -v s="$2" '$NF == s {print $1}' "$1" | sort -u; }
 status "$WORK/ext4.log" ok >"$WORK/ext4.ok"
-status "$WORK/basalt.log" ok >"$WORK/basalt.ok"
-status "$WORK/basalt.log" FAILED >"$WORK/basalt.failed"
 sed 's/#.*//' "$HERE/pjdfstest-exclusions.txt" | awk 'NF {print $1}' | sort -u >"$WORK/excluded"
-comm -23 "$WORK/ext4.ok" "$WORK/basalt.ok" >"$WORK/regressed"
-comm -23 "$WORK/regressed" "$WORK/excluded" >"$WORK/unexpected"
 echo "pjdfstest ext4:   $(grep '^Summary' "$WORK/ext4.log" || echo 'no summary')"
-echo "pjdfstest basalt: $(grep '^Summary' "$WORK/basalt.log" || echo 'no summary')"
-echo "pjdfstest: $(wc -l <"$WORK/ext4.ok") pass on ext4; $(wc -l <"$WORK/regressed") of them do not pass on Basalt ($(comm -12 "$WORK/regressed" "$WORK/excluded" | wc -l) excluded)"
-PJD_FAILED=0
 if [ "$(wc -l <"$WORK/ext4.ok")" -lt 100 ]; then
   echo "pjdfstest: the ext4 reference run passed almost nothing; see below"
   tail -20 "$WORK/ext4.log"
   PJD_FAILED=1
 fi
-if [ -s "$WORK/unexpected" ]; then
-  echo "pjdfstest: cases passing on ext4 but not on Basalt (not excluded):"
-  sed 's/^/  /' "$WORK/unexpected"
-  grep -A6 -F -f "$WORK/unexpected" "$WORK/basalt.log" | head -200
-  PJD_FAILED=1
-fi
 
-# 3. fsx: fixed seed, then a random one.
-mkdir "$WORK/mnt/fsx"
-FSX_FAILED=0
-echo "fsx: seed 1, $FSX_OPS operations"
-if ! "$TOOLS/bin/fsx" -q -f "$HERE/fsx.toml" -N "$FSX_OPS" -S 1 -P "$WORK" "$WORK/mnt/fsx/fixed" >"$WORK/fsx1.log" 2>&1; then
-  tail -40 "$WORK/fsx1.log"; FSX_FAILED=1
+basalt_pass dev-fuse "" "$FSX_OPS"
+SWITCH=/sys/module/fuse/parameters/enable_uring
+if [ -f $SWITCH ]; then
+  WAS=$(cat $SWITCH)
+  echo Y >$SWITCH
+  basalt_pass io_uring io_uring=same "$FSX_RANDOM_OPS"
+  echo "$WAS" >$SWITCH
+else
+  echo "test-fusefs: io_uring pass SKIPPED: this kernel has no FUSE over io_uring ($SWITCH)"
 fi
-SEED=$(( (RANDOM << 15) | RANDOM ))
-echo "fsx: random seed $SEED, $FSX_RANDOM_OPS operations"
-if ! "$TOOLS/bin/fsx" -q -f "$HERE/fsx.toml" -N "$FSX_RANDOM_OPS" -S "$SEED" -P "$WORK" "$WORK/mnt/fsx/random" >"$WORK/fsx2.log" 2>&1; then
-  tail -40 "$WORK/fsx2.log"; FSX_FAILED=1
-fi
-
-# 4. Clean unmount from outside: the daemon flushes, syncs and exits 0.
-fusermount3 -u "$WORK/mnt"
-wait "$DEVPID"; DEVPID=""
 
 passed=$(( 2 - PJD_FAILED - FSX_FAILED ))
 echo "test-fusefs: pjdfstest $([ $PJD_FAILED = 0 ] && echo ok || echo FAILED), fsx $([ $FSX_FAILED = 0 ] && echo ok || echo FAILED)"

@@ -16,6 +16,10 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
+use crate::answer::{
+    AnsAttr, AnsCreate, AnsData, AnsDir, AnsDirPlus, AnsEmpty, AnsEntry, AnsOpen, AnsStatfs,
+    AnsWrite, AnsXattr, Who,
+};
 use crate::external::{External, Forget};
 use crate::fs::{Caller, NewNode, ReadPlan};
 use crate::layout::Kind;
@@ -82,6 +86,8 @@ pub struct Shared {
     /// The kernel granted `FUSE_HANDLE_KILLPRIV_V2`: this filesystem clears set-ID bits
     /// and capabilities on write, truncate and chown (see `Node::kill_priv`).
     killpriv: AtomicBool,
+    /// INIT granted FUSE over io_uring (asked for with `-o io_uring`).
+    pub ring_granted: AtomicBool,
     /// Documents written through the engine API, taken in by [`Shared::lock`], and
     /// where what the kernel must forget then goes (see `crate::external`).
     external: Arc<External>,
@@ -129,6 +135,7 @@ impl Shared {
             },
             requests: Requests::default(),
             killpriv: AtomicBool::new(false),
+            ring_granted: AtomicBool::new(false),
             external,
             forget,
             opts,
@@ -261,6 +268,15 @@ pub fn negotiate(opts: &FsOptions, config: &mut KernelConfig) -> bool {
     killpriv
 }
 
+/// With `-o io_uring`, asks the kernel at INIT to serve the mount over io_uring;
+/// returns whether it agreed (it must offer it: Linux 6.14+ with `enable_uring`).
+pub fn ask_io_uring(opts: &FsOptions, config: &mut KernelConfig) -> bool {
+    opts.io_uring.is_some()
+        && config
+            .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+            .is_ok()
+}
+
 /// Open flags of a regular file: the page cache stays valid across opens (only this
 /// mount changes the data) unless the caller asked for `O_DIRECT`.
 pub fn fopen_flags(open_flags: i32) -> FopenFlags {
@@ -389,7 +405,7 @@ struct Creds {
 const CAP_FSETID: u32 = 4;
 
 impl Creds {
-    fn of(req: &Request) -> Creds {
+    fn of(req: &Who) -> Creds {
         Self::parse(
             &std::fs::read_to_string(format!("/proc/{}/status", req.pid())).unwrap_or_default(),
         )
@@ -423,7 +439,7 @@ impl BasaltFs {
         self.shared.killpriv.load(Ordering::Relaxed)
     }
 
-    fn caller(req: &Request) -> Caller {
+    fn caller(req: &Who) -> Caller {
         Caller {
             uid: req.uid(),
             gid: req.gid(),
@@ -482,7 +498,7 @@ impl BasaltFs {
         Ok(attr_of(n))
     }
 
-    fn entry(&self, reply: ReplyEntry, r: Result<FileAttr, Errno>) {
+    fn entry(&self, reply: impl AnsEntry, r: Result<FileAttr, Errno>) {
         match r {
             Ok(a) => reply.entry(&self.shared.opts.entry_ttl, &a, Generation(0)),
             Err(e) => reply.error(ferr(e)),
@@ -492,7 +508,7 @@ impl BasaltFs {
     /// Creates something and returns its attributes with one lookup counted.
     fn make(
         &self,
-        req: &Request,
+        req: &Who,
         parent: u64,
         name: &OsStr,
         new: NewNode<'_>,
@@ -517,7 +533,7 @@ impl BasaltFs {
     fn make_collection(
         &self,
         st: &mut State,
-        req: &Request,
+        req: &Who,
         name: &OsStr,
         mode: u32,
     ) -> Result<FileAttr, Errno> {
@@ -767,7 +783,7 @@ impl BasaltFs {
         Ok(out)
     }
 
-    fn setattr_inner(&self, req: &Request, ino: u64, ch: AttrChanges) -> Result<FileAttr, Errno> {
+    fn setattr_inner(&self, req: &Who, ino: u64, ch: AttrChanges) -> Result<FileAttr, Errno> {
         if self.shared.virt(ino).is_some() {
             return Err(Errno(libc::EROFS));
         }
@@ -877,14 +893,14 @@ impl BasaltFs {
 }
 
 /// Answers READ with a read's bytes or its error.
-fn reply_read(reply: ReplyData, r: Result<&[u8], Errno>) {
+fn reply_read(reply: impl AnsData, r: Result<&[u8], Errno>) {
     match r {
         Ok(d) => reply.data(d),
         Err(e) => reply.error(ferr(e)),
     }
 }
 
-fn reply_empty(reply: ReplyEmpty, r: Result<(), Errno>) {
+fn reply_empty(reply: impl AnsEmpty, r: Result<(), Errno>) {
     match r {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(ferr(e)),
@@ -896,7 +912,7 @@ fn reply_empty(reply: ReplyEmpty, r: Result<(), Errno>) {
 pub(crate) fn reply_listing(
     entries: &[(u64, FileType, OsString)],
     offset: u64,
-    mut reply: ReplyDirectory,
+    mut reply: impl AnsDir,
 ) {
     for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
         if reply.add(INodeNo(*ino), (i + 1) as u64, *kind, name) {
@@ -906,7 +922,7 @@ pub(crate) fn reply_listing(
     reply.ok();
 }
 
-pub fn xattr_reply(reply: ReplyXattr, size: u32, data: Vec<u8>) {
+pub fn xattr_reply(reply: impl AnsXattr, size: u32, data: Vec<u8>) {
     if size == 0 {
         reply.size(data.len() as u32);
     } else if (size as usize) < data.len() {
@@ -916,35 +932,25 @@ pub fn xattr_reply(reply: ReplyXattr, size: u32, data: Vec<u8>) {
     }
 }
 
-impl Filesystem for BasaltFs {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let killpriv = negotiate(&self.shared.opts, config);
-        self.shared.killpriv.store(killpriv, Ordering::Relaxed);
-        Ok(())
-    }
-
-    fn destroy(&mut self) {
-        if let Err(e) = self.shared.flush_and_sync() {
-            eprintln!("basalt-fusefs: flush at unmount failed: errno {}", e.0);
-        }
-        self.shared.done.mark();
-    }
-
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+impl BasaltFs {
+    pub(crate) fn do_lookup(
+        &self,
+        _req: &Who,
+        parent: INodeNo,
+        name: &OsStr,
+        reply: impl AnsEntry,
+    ) {
         self.shared.requests.count(Op::Lookup);
         self.entry(reply, self.lookup_inner(parent.0, name));
     }
 
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.shared.requests.count(Op::Forget);
-        let mut st = self.shared.lock();
-        if let Some(n) = st.nodes.get_mut(&ino.0) {
-            n.lookups = n.lookups.saturating_sub(nlookup);
-        }
-        st.maybe_forget(ino.0);
-    }
-
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    pub(crate) fn do_getattr(
+        &self,
+        _req: &Who,
+        ino: INodeNo,
+        _fh: Option<FileHandle>,
+        reply: impl AnsAttr,
+    ) {
         self.shared.requests.count(Op::Getattr);
         match self.attr(ino.0) {
             Ok(a) => reply.attr(&self.shared.opts.attr_ttl, &a),
@@ -952,33 +958,15 @@ impl Filesystem for BasaltFs {
         }
     }
 
-    fn setattr(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
+    pub(crate) fn do_setattr(&self, req: &Who, ino: INodeNo, ch: AttrChanges, reply: impl AnsAttr) {
         self.shared.requests.count(Op::Setattr);
-        let ch = AttrChanges::new(mode, uid, gid, size, atime, mtime);
         match self.setattr_inner(req, ino.0, ch) {
             Ok(a) => reply.attr(&self.shared.opts.attr_ttl, &a),
             Err(e) => reply.error(ferr(e)),
         }
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+    pub(crate) fn do_readlink(&self, _req: &Who, ino: INodeNo, reply: impl AnsData) {
         self.shared.requests.count(Op::Readlink);
         let st = self.shared.lock();
         match st.node(ino.0) {
@@ -988,15 +976,16 @@ impl Filesystem for BasaltFs {
         }
     }
 
-    fn mknod(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn do_mknod(
         &self,
-        req: &Request,
+        req: &Who,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
         rdev: u32,
-        reply: ReplyEntry,
+        reply: impl AnsEntry,
     ) {
         self.shared.requests.count(Op::Mknod);
         let kind = match mode & libc::S_IFMT {
@@ -1018,14 +1007,14 @@ impl Filesystem for BasaltFs {
         self.entry(reply, self.make(req, parent.0, name, new));
     }
 
-    fn mkdir(
+    pub(crate) fn do_mkdir(
         &self,
-        req: &Request,
+        req: &Who,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
-        reply: ReplyEntry,
+        reply: impl AnsEntry,
     ) {
         self.shared.requests.count(Op::Mkdir);
         let new = NewNode {
@@ -1038,23 +1027,29 @@ impl Filesystem for BasaltFs {
         self.entry(reply, self.make(req, parent.0, name, new));
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    pub(crate) fn do_unlink(
+        &self,
+        _req: &Who,
+        parent: INodeNo,
+        name: &OsStr,
+        reply: impl AnsEmpty,
+    ) {
         self.shared.requests.count(Op::Unlink);
         reply_empty(reply, self.remove(parent.0, name, false));
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    pub(crate) fn do_rmdir(&self, _req: &Who, parent: INodeNo, name: &OsStr, reply: impl AnsEmpty) {
         self.shared.requests.count(Op::Rmdir);
         reply_empty(reply, self.remove(parent.0, name, true));
     }
 
-    fn symlink(
+    pub(crate) fn do_symlink(
         &self,
-        req: &Request,
+        req: &Who,
         parent: INodeNo,
         link_name: &OsStr,
         target: &Path,
-        reply: ReplyEntry,
+        reply: impl AnsEntry,
     ) {
         self.shared.requests.count(Op::Symlink);
         let t = target.as_os_str().as_bytes();
@@ -1071,15 +1066,16 @@ impl Filesystem for BasaltFs {
         self.entry(reply, self.make(req, parent.0, link_name, new));
     }
 
-    fn rename(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn do_rename(
         &self,
-        _req: &Request,
+        _req: &Who,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
         newname: &OsStr,
         flags: RenameFlags,
-        reply: ReplyEmpty,
+        reply: impl AnsEmpty,
     ) {
         self.shared.requests.count(Op::Rename);
         let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
@@ -1111,13 +1107,13 @@ impl Filesystem for BasaltFs {
         reply_empty(reply, r);
     }
 
-    fn link(
+    pub(crate) fn do_link(
         &self,
-        _req: &Request,
+        _req: &Who,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
-        reply: ReplyEntry,
+        reply: impl AnsEntry,
     ) {
         self.shared.requests.count(Op::Link);
         if self.shared.virt(ino.0).is_some() || self.shared.virt(newparent.0).is_some() {
@@ -1133,7 +1129,7 @@ impl Filesystem for BasaltFs {
         self.entry(reply, r);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    pub(crate) fn do_open(&self, _req: &Who, ino: INodeNo, flags: OpenFlags, reply: impl AnsOpen) {
         self.shared.requests.count(Op::Open);
         match self.open_file(ino.0, flags.0) {
             Ok((fh, fl)) => reply.opened(FileHandle(fh), fl),
@@ -1141,16 +1137,17 @@ impl Filesystem for BasaltFs {
         }
     }
 
-    fn read(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn do_read(
         &self,
-        _req: &Request,
+        _req: &Who,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
+        reply: impl AnsData,
     ) {
         self.shared.requests.count(Op::Read);
         if let Some(Handle::Virtual { data }) = self.shared.handles().get(&fh.0) {
@@ -1168,13 +1165,18 @@ impl Filesystem for BasaltFs {
             Ok((p, db)) if p.in_memory() => {
                 ReadPlan::execute_each(vec![(p, reply)], &db, reply_read)
             }
-            Ok((p, _)) => self.shared.reads.run((p, reply)),
+            // An io_uring reply is answered on its queue's thread, so read here.
+            Ok((p, db)) => match reply.pooled() {
+                Ok(reply) => self.shared.reads.run((p, reply)),
+                Err(reply) => ReadPlan::execute_each(vec![(p, reply)], &db, reply_read),
+            },
         }
     }
 
-    fn write(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn do_write(
         &self,
-        _req: &Request,
+        _req: &Who,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -1182,7 +1184,7 @@ impl Filesystem for BasaltFs {
         write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
+        reply: impl AnsWrite,
     ) {
         self.shared.requests.count(Op::Write);
         if self.shared.virt(ino.0).is_some() {
@@ -1212,39 +1214,40 @@ impl Filesystem for BasaltFs {
     /// engine at RELEASE (sent right after the last close, without the closer waiting)
     /// or by the flusher, and `fsync` still commits and syncs before it returns. Locks
     /// are the kernel's, so there is no lock owner to release here.
-    fn flush(
+    pub(crate) fn do_flush(
         &self,
-        _req: &Request,
+        _req: &Who,
         _ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
-        reply: ReplyEmpty,
+        reply: impl AnsEmpty,
     ) {
         self.shared.requests.count(Op::Flush);
         reply.error(FErrno::from_i32(libc::ENOSYS));
     }
 
-    fn release(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn do_release(
         &self,
-        _req: &Request,
+        _req: &Who,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
-        reply: ReplyEmpty,
+        reply: impl AnsEmpty,
     ) {
         self.shared.requests.count(Op::Release);
         reply_empty(reply, self.release_file(fh.0));
     }
 
-    fn fsync(
+    pub(crate) fn do_fsync(
         &self,
-        _req: &Request,
+        _req: &Who,
         ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
-        reply: ReplyEmpty,
+        reply: impl AnsEmpty,
     ) {
         self.shared.requests.count(Op::Fsync);
         if self.shared.virt(ino.0).is_some() {
@@ -1262,7 +1265,13 @@ impl Filesystem for BasaltFs {
         reply_empty(reply, r);
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    pub(crate) fn do_opendir(
+        &self,
+        _req: &Who,
+        ino: INodeNo,
+        _flags: OpenFlags,
+        reply: impl AnsOpen,
+    ) {
         self.shared.requests.count(Op::Opendir);
         match self.dir_entries(ino.0) {
             Ok(entries) => {
@@ -1273,13 +1282,13 @@ impl Filesystem for BasaltFs {
         }
     }
 
-    fn readdir(
+    pub(crate) fn do_readdir(
         &self,
-        _req: &Request,
+        _req: &Who,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        reply: ReplyDirectory,
+        reply: impl AnsDir,
     ) {
         self.shared.requests.count(Op::Readdir);
         let handles = self.shared.handles();
@@ -1289,13 +1298,13 @@ impl Filesystem for BasaltFs {
         reply_listing(entries, offset, reply);
     }
 
-    fn readdirplus(
+    pub(crate) fn do_readdirplus(
         &self,
-        _req: &Request,
+        _req: &Who,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        mut reply: impl AnsDirPlus,
     ) {
         self.shared.requests.count(Op::Readdirplus);
         let entries: Vec<(u64, FileType, OsString)> = {
@@ -1343,26 +1352,26 @@ impl Filesystem for BasaltFs {
         reply.ok();
     }
 
-    fn releasedir(
+    pub(crate) fn do_releasedir(
         &self,
-        _req: &Request,
+        _req: &Who,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        reply: ReplyEmpty,
+        reply: impl AnsEmpty,
     ) {
         self.shared.requests.count(Op::Releasedir);
         self.shared.handles().remove(&fh.0);
         reply.ok();
     }
 
-    fn fsyncdir(
+    pub(crate) fn do_fsyncdir(
         &self,
-        _req: &Request,
+        _req: &Who,
         _ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
-        reply: ReplyEmpty,
+        reply: impl AnsEmpty,
     ) {
         self.shared.requests.count(Op::Fsyncdir);
         let db = self.shared.lock().db.clone();
@@ -1373,7 +1382,7 @@ impl Filesystem for BasaltFs {
         );
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    pub(crate) fn do_statfs(&self, _req: &Who, _ino: INodeNo, reply: impl AnsStatfs) {
         self.shared.requests.count(Op::Statfs);
         let (path, files) = {
             let st = self.shared.lock();
@@ -1399,15 +1408,16 @@ impl Filesystem for BasaltFs {
         );
     }
 
-    fn setxattr(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn do_setxattr(
         &self,
-        _req: &Request,
+        _req: &Who,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
         flags: i32,
         _position: u32,
-        reply: ReplyEmpty,
+        reply: impl AnsEmpty,
     ) {
         self.shared.requests.count(Op::Setxattr);
         if self.shared.virt(ino.0).is_some() {
@@ -1448,7 +1458,14 @@ impl Filesystem for BasaltFs {
         reply_empty(reply, r);
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    pub(crate) fn do_getxattr(
+        &self,
+        _req: &Who,
+        ino: INodeNo,
+        name: &OsStr,
+        size: u32,
+        reply: impl AnsXattr,
+    ) {
         self.shared.requests.count(Op::Getxattr);
         if self.shared.virt(ino.0).is_some() {
             return reply.error(FErrno::from_i32(libc::ENODATA));
@@ -1463,7 +1480,7 @@ impl Filesystem for BasaltFs {
         }
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+    pub(crate) fn do_listxattr(&self, _req: &Who, ino: INodeNo, size: u32, reply: impl AnsXattr) {
         self.shared.requests.count(Op::Listxattr);
         if self.shared.virt(ino.0).is_some() {
             return xattr_reply(reply, size, Vec::new());
@@ -1482,7 +1499,13 @@ impl Filesystem for BasaltFs {
         }
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    pub(crate) fn do_removexattr(
+        &self,
+        _req: &Who,
+        ino: INodeNo,
+        name: &OsStr,
+        reply: impl AnsEmpty,
+    ) {
         self.shared.requests.count(Op::Removexattr);
         if self.shared.virt(ino.0).is_some() {
             return reply.error(FErrno::from_i32(libc::EROFS));
@@ -1501,21 +1524,28 @@ impl Filesystem for BasaltFs {
         reply_empty(reply, r);
     }
 
-    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+    pub(crate) fn do_access(
+        &self,
+        _req: &Who,
+        ino: INodeNo,
+        _mask: AccessFlags,
+        reply: impl AnsEmpty,
+    ) {
         self.shared.requests.count(Op::Access);
         // Permission checks are the kernel's (default_permissions).
         reply_empty(reply, self.attr(ino.0).map(|_| ()));
     }
 
-    fn create(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn do_create(
         &self,
-        req: &Request,
+        req: &Who,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
         flags: i32,
-        reply: ReplyCreate,
+        reply: impl AnsCreate,
     ) {
         self.shared.requests.count(Op::Create);
         let new = NewNode {
@@ -1541,15 +1571,16 @@ impl Filesystem for BasaltFs {
         }
     }
 
-    fn fallocate(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn do_fallocate(
         &self,
-        req: &Request,
+        req: &Who,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
-        reply: ReplyEmpty,
+        reply: impl AnsEmpty,
     ) {
         self.shared.requests.count(Op::Fallocate);
         if self.shared.virt(ino.0).is_some() {
@@ -1566,6 +1597,344 @@ impl Filesystem for BasaltFs {
             st.fallocate(ino.0, offset, length, mode)
         })();
         reply_empty(reply, r);
+    }
+}
+
+impl Filesystem for BasaltFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let killpriv = negotiate(&self.shared.opts, config);
+        self.shared.killpriv.store(killpriv, Ordering::Relaxed);
+        let ring = ask_io_uring(&self.shared.opts, config);
+        self.shared.ring_granted.store(ring, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(e) = self.shared.flush_and_sync() {
+            eprintln!("basalt-fusefs: flush at unmount failed: errno {}", e.0);
+        }
+        self.shared.done.mark();
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.do_lookup(&Who::from(req), parent, name, reply);
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.shared.requests.count(Op::Forget);
+        let mut st = self.shared.lock();
+        if let Some(n) = st.nodes.get_mut(&ino.0) {
+            n.lookups = n.lookups.saturating_sub(nlookup);
+        }
+        st.maybe_forget(ino.0);
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.do_getattr(&Who::from(req), ino, _fh, reply);
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let ch = AttrChanges::new(mode, uid, gid, size, atime, mtime);
+        self.do_setattr(&Who::from(req), ino, ch, reply);
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.do_readlink(&Who::from(req), ino, reply);
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.do_mknod(&Who::from(req), parent, name, mode, umask, rdev, reply);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        self.do_mkdir(&Who::from(req), parent, name, mode, umask, reply);
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.do_unlink(&Who::from(req), parent, name, reply);
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.do_rmdir(&Who::from(req), parent, name, reply);
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        self.do_symlink(&Who::from(req), parent, link_name, target, reply);
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.do_rename(
+            &Who::from(req),
+            parent,
+            name,
+            newparent,
+            newname,
+            flags,
+            reply,
+        );
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.do_link(&Who::from(req), ino, newparent, newname, reply);
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.do_open(&Who::from(req), ino, flags, reply);
+    }
+
+    fn read(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.do_read(
+            &Who::from(req),
+            ino,
+            fh,
+            offset,
+            size,
+            _flags,
+            _lock_owner,
+            reply,
+        );
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        self.do_write(
+            &Who::from(req),
+            ino,
+            _fh,
+            offset,
+            data,
+            write_flags,
+            _flags,
+            _lock_owner,
+            reply,
+        );
+    }
+
+    fn flush(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        self.do_flush(&Who::from(req), _ino, _fh, _lock_owner, reply);
+    }
+
+    fn release(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.do_release(
+            &Who::from(req),
+            _ino,
+            fh,
+            _flags,
+            _lock_owner,
+            _flush,
+            reply,
+        );
+    }
+
+    fn fsync(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.do_fsync(&Who::from(req), ino, _fh, _datasync, reply);
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.do_opendir(&Who::from(req), ino, _flags, reply);
+    }
+
+    fn readdir(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectory,
+    ) {
+        self.do_readdir(&Who::from(req), _ino, fh, offset, reply);
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        self.do_readdirplus(&Who::from(req), _ino, fh, offset, reply);
+    }
+
+    fn releasedir(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.do_releasedir(&Who::from(req), _ino, fh, _flags, reply);
+    }
+
+    fn fsyncdir(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.do_fsyncdir(&Who::from(req), _ino, _fh, _datasync, reply);
+    }
+
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.do_statfs(&Who::from(req), _ino, reply);
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.do_setxattr(&Who::from(req), ino, name, value, flags, _position, reply);
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.do_getxattr(&Who::from(req), ino, name, size, reply);
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.do_listxattr(&Who::from(req), ino, size, reply);
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.do_removexattr(&Who::from(req), ino, name, reply);
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        self.do_access(&Who::from(req), ino, _mask, reply);
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        self.do_create(&Who::from(req), parent, name, mode, umask, flags, reply);
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.do_fallocate(&Who::from(req), ino, _fh, offset, length, mode, reply);
     }
 }
 

@@ -3,6 +3,7 @@
 //! records. See `ARCHITECTURE.md` for the key layout and `README.md` for usage.
 
 mod acl;
+mod answer;
 mod collections;
 mod document;
 mod error;
@@ -18,6 +19,7 @@ mod read_pool;
 mod rename;
 mod requests;
 pub mod ring;
+mod ring_serve;
 mod state;
 mod views;
 

@@ -251,11 +251,6 @@ fn build_state(db: Db, chunk_size: u64, mount_id: u64) -> Result<State, FsError>
 /// Mounts `db` at `cfg.mountpoint`; returns once the mount is live.
 pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
     let (opts, mopts) = parse_options(&cfg)?;
-    if opts.io_uring.is_some() {
-        return Err(FsError::InvalidOption(
-            "io_uring (only the null filesystem serves FUSE over io_uring so far)".into(),
-        ));
-    }
     let chunk_size = match cfg.chunk_size {
         0 => crate::DEFAULT_CHUNK_SIZE,
         n if (4096..=(8 << 20)).contains(&n) => n,
@@ -278,6 +273,7 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
     let state = build_state(db, chunk_size, external.id)?;
     let (flush_interval, readahead_kb, workers) =
         (opts.flush_interval, opts.readahead_kb, opts.workers);
+    let (pinning, max_write) = (opts.io_uring, opts.max_write);
     let health: Option<HealthFn> = cfg.health.clone();
     let (forget_tx, forget_rx) = std::sync::mpsc::channel();
     let shared = Arc::new(Shared::new(state, opts, health, external, forget_tx));
@@ -285,8 +281,39 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
         shared: shared.clone(),
     };
     let done = shared.done.clone();
-    let (unmounter, session, notifier, _) = start_session(fs, &cfg, mopts, workers, done.clone())?;
-    set_readahead(&cfg.mountpoint, readahead_kb);
+    let (unmounter, session, notifier, fd) = start_session(fs, &cfg, mopts, workers, done.clone())?;
+    let mut handle = MountHandle {
+        mountpoint: cfg.mountpoint,
+        shared: Some(shared.clone()),
+        done,
+        unmounter: Some(unmounter),
+        session: Some(session),
+        flusher: None,
+        _observing: Some(observing),
+        _mounted: Some(mounted),
+        ring: None,
+    };
+    if let Some(pinning) = pinning {
+        let granted = shared.ring_granted.load(Ordering::Relaxed);
+        let server = Arc::new(BasaltFs {
+            shared: shared.clone(),
+        });
+        // More than one thread per queue: a request that waits for the device or an
+        // fsync would hold up its CPU's queue.
+        let threads = RING_THREADS_PER_QUEUE;
+        let ring = start_ring(
+            &handle.mountpoint,
+            &fd,
+            granted,
+            pinning,
+            threads,
+            max_write,
+            server,
+        )?;
+        handle.ring = Some(ring);
+    }
+    // After the ring: with io_uring granted, requests wait until its queues are up.
+    set_readahead(&handle.mountpoint, readahead_kb);
     spawn_forgetter(notifier, forget_rx);
     let fl_shared = shared.clone();
     let flusher = std::thread::Builder::new()
@@ -297,17 +324,8 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
             }
         })
         .ok();
-    Ok(MountHandle {
-        mountpoint: cfg.mountpoint,
-        shared: Some(shared),
-        done,
-        unmounter: Some(unmounter),
-        session: Some(session),
-        flusher,
-        _observing: Some(observing),
-        _mounted: Some(mounted),
-        ring: None,
-    })
+    handle.flusher = flusher;
+    Ok(handle)
 }
 
 /// Tells the kernel what to forget after documents written through the engine API
@@ -363,27 +381,16 @@ pub fn mount_null(cfg: MountConfig) -> Result<MountHandle, FsError> {
         ring: None,
     };
     if let Some(pinning) = pinning {
-        let refused = |detail: String| FsError::Mount {
-            mountpoint: handle.mountpoint.clone(),
-            source: std::io::Error::new(std::io::ErrorKind::Unsupported, detail),
-        };
-        if !core.ring_granted.load(Ordering::Relaxed) {
-            return Err(refused(match crate::ring::kernel_enabled() {
-                None => "this kernel has no FUSE over io_uring (Linux 6.14+)".into(),
-                Some(false) => "FUSE over io_uring is disabled: \
-                                echo Y > /sys/module/fuse/parameters/enable_uring"
-                    .into(),
-                Some(true) => "the kernel did not grant FUSE over io_uring at INIT".into(),
-            }));
-        }
-        let cfg = crate::ring::RingConfig {
+        let granted = core.ring_granted.load(Ordering::Relaxed);
+        let ring = start_ring(
+            &handle.mountpoint,
+            &fd,
+            granted,
             pinning,
-            depth: RING_DEPTH,
-            // The largest request or reply: max_write, and reads of up to 1 MiB.
-            payload: (max_write as usize).max(1 << 20),
-        };
-        let ring = crate::ring::Ring::start(&fd, cfg, core)
-            .map_err(|e| refused(format!("starting the io_uring queues: {e}")))?;
+            1,
+            max_write,
+            core,
+        )?;
         handle.ring = Some(ring);
     }
     // After the ring: with io_uring granted, requests wait until its queues are up.
@@ -391,8 +398,46 @@ pub fn mount_null(cfg: MountConfig) -> Result<MountHandle, FsError> {
     Ok(handle)
 }
 
-/// Entries per io_uring queue: requests one queue has in progress at once.
+/// Entries per io_uring queue thread: requests one thread has in progress at once.
 const RING_DEPTH: usize = 16;
+/// Threads per io_uring queue of the Basalt mount.
+const RING_THREADS_PER_QUEUE: usize = 4;
+
+/// Starts the io_uring queues of the mount at `mountpoint` (`-o io_uring`), whose
+/// INIT `granted` FUSE over io_uring or not, with `threads` threads per queue placed
+/// by `pinning`. Refused with what to do when the kernel did not grant it.
+fn start_ring(
+    mountpoint: &Path,
+    fd: &OwnedFd,
+    granted: bool,
+    pinning: crate::ring::Pinning,
+    threads: usize,
+    max_write: u32,
+    server: Arc<dyn crate::ring::Serve>,
+) -> Result<crate::ring::Ring, FsError> {
+    let refused = |detail: String| FsError::Mount {
+        mountpoint: mountpoint.to_path_buf(),
+        source: std::io::Error::new(std::io::ErrorKind::Unsupported, detail),
+    };
+    if !granted {
+        return Err(refused(match crate::ring::kernel_enabled() {
+            None => "this kernel has no FUSE over io_uring (Linux 6.14+)".into(),
+            Some(false) => "FUSE over io_uring is disabled: \
+                            echo Y > /sys/module/fuse/parameters/enable_uring"
+                .into(),
+            Some(true) => "the kernel did not grant FUSE over io_uring at INIT".into(),
+        }));
+    }
+    let cfg = crate::ring::RingConfig {
+        pinning,
+        threads,
+        depth: RING_DEPTH,
+        // The largest request or reply: max_write, and reads of up to 1 MiB.
+        payload: (max_write as usize).max(1 << 20),
+    };
+    crate::ring::Ring::start(fd, cfg, server)
+        .map_err(|e| refused(format!("starting the io_uring queues: {e}")))
+}
 
 type SessionThread = JoinHandle<std::io::Result<()>>;
 
@@ -502,10 +547,11 @@ impl MountHandle {
                 });
             }
         }
-        if res.is_ok() {
-            if let Some(t) = self.session.take() {
-                let _ = t.join();
-            }
+        // A refused unmount (EBUSY: files open on it) leaves the session serving:
+        // not waited for, here or at drop. It ends with the process, and the mount
+        // is then stale (`force_unmount` clears it).
+        if let Some(t) = self.session.take().filter(|_| res.is_ok()) {
+            let _ = t.join();
         }
         self.stop_ring();
         self.done.mark();

@@ -10,17 +10,18 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    INodeNo, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 
 use crate::fuse::{
-    fopen_flags, negotiate, to_time, xattr_reply, AttrChanges, Done, FsOptions, BLKSIZE,
+    ask_io_uring, fopen_flags, negotiate, to_time, xattr_reply, AttrChanges, Done, FsOptions,
+    BLKSIZE,
 };
 use crate::requests::{Op, Requests};
 use crate::ring;
@@ -444,12 +445,8 @@ impl Filesystem for NullFs {
         let c = &self.core;
         c.killpriv
             .store(negotiate(&c.opts, config), Ordering::Relaxed);
-        if c.opts.io_uring.is_some() {
-            let granted = config
-                .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
-                .is_ok();
-            c.ring_granted.store(granted, Ordering::Relaxed);
-        }
+        c.ring_granted
+            .store(ask_io_uring(&c.opts, config), Ordering::Relaxed);
         Ok(())
     }
 
@@ -709,28 +706,9 @@ impl ring::Serve for NullCore {
         let r: Result<(), Errno> = (|| {
             match req.op {
                 R::Lookup { name } => reply.entry(&self.lookup(ino, name)?, entry_ttl),
-                R::Getattr => reply.attr(&self.getattr(ino)?, attr_ttl),
-                R::Setattr(s) => {
-                    use ring::abi::fattr;
-                    let has = |bit: u32| s.valid & bit != 0;
-                    let time = |now: u32, secs: u64, nsecs: u32| {
-                        if has(now) {
-                            TimeOrNow::Now
-                        } else {
-                            TimeOrNow::SpecificTime(from_kernel_time(secs, nsecs))
-                        }
-                    };
-                    let ch = AttrChanges {
-                        mode: has(fattr::MODE).then_some(s.mode),
-                        uid: has(fattr::UID).then_some(s.uid),
-                        gid: has(fattr::GID).then_some(s.gid),
-                        size: has(fattr::SIZE).then_some(s.size),
-                        atime: has(fattr::ATIME)
-                            .then(|| time(fattr::ATIME_NOW, s.atime, s.atimensec)),
-                        mtime: has(fattr::MTIME)
-                            .then(|| time(fattr::MTIME_NOW, s.mtime, s.mtimensec)),
-                    };
-                    let a = self.setattr(ino, ch)?;
+                R::Getattr { .. } => reply.attr(&self.getattr(ino)?, attr_ttl),
+                R::Setattr { changes, .. } => {
+                    let a = self.setattr(ino, changes)?;
                     reply.attr(&a, attr_ttl)
                 }
                 R::Mkdir { name, mode, umask } => {
@@ -752,20 +730,8 @@ impl ring::Serve for NullCore {
                     reply.written(self.write(ino, offset, data, kill)?)
                 }
                 R::Statfs => {
-                    let (blocks, bfree, bavail, files, ffree, bsize, namelen, frsize) =
-                        self.statfs();
-                    reply.statfs(ring::abi::StatfsOut {
-                        blocks,
-                        bfree,
-                        bavail,
-                        files,
-                        ffree,
-                        bsize,
-                        namelen,
-                        frsize,
-                        padding: 0,
-                        spare: [0; 6],
-                    })
+                    let (b, bf, ba, f, ff, bs, nl, fr) = self.statfs();
+                    reply.statfs(b, bf, ba, f, ff, bs, nl, fr)
                 }
                 R::Release { .. } => self.requests.count(Op::Release),
                 R::Fsync { .. } => self.requests.count(Op::Fsync),
@@ -793,7 +759,7 @@ impl ring::Serve for NullCore {
                         reply.direntplus(a, entry_ttl, off, name, size as usize)
                     })?
                 }
-                R::Releasedir { fh } => self.releasedir(fh),
+                R::Releasedir { fh, .. } => self.releasedir(fh),
                 R::Access { .. } => self.access(ino)?,
                 R::Create {
                     name,
@@ -804,9 +770,14 @@ impl ring::Serve for NullCore {
                     let (a, fl) = self.create(who, ino, name, mode & !umask, flags)?;
                     reply.created(&a, entry_ttl, 0, fl.bits())
                 }
+                // As `fuser` does for what the `/dev/fuse` front end leaves out (rename,
+                // links, symlinks, special files, xattrs, fallocate).
                 R::Other(op) => {
-                    // As `fuser` does for what the `/dev/fuse` front end leaves out.
                     eprintln!("basalt-fusefs nullfs: opcode {op} answered ENOSYS");
+                    return Err(Errno::ENOSYS);
+                }
+                _ => {
+                    eprintln!("basalt-fusefs nullfs: {} answered ENOSYS", req.op.name());
                     return Err(Errno::ENOSYS);
                 }
             }
@@ -815,15 +786,5 @@ impl ring::Serve for NullCore {
         if let Err(e) = r {
             reply.error(e.code());
         }
-    }
-}
-
-/// A time the kernel sent as seconds (negative before the epoch) and nanoseconds.
-fn from_kernel_time(secs: u64, nsecs: u32) -> SystemTime {
-    let secs = secs as i64;
-    if secs >= 0 {
-        UNIX_EPOCH + Duration::new(secs as u64, nsecs)
-    } else {
-        UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + Duration::from_nanos(nsecs.into())
     }
 }

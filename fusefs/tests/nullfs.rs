@@ -197,26 +197,6 @@ fn files_bench_rejects_bad_flags_and_survives_a_closed_stdout() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
-const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
-
-/// Sets the kernel's FUSE-over-io_uring switch, and puts back what it was when
-/// dropped (it is global, and CI machines are shared).
-struct UringSwitch(String);
-
-impl UringSwitch {
-    fn set(on: bool) -> UringSwitch {
-        let was = std::fs::read_to_string(ENABLE_URING).unwrap();
-        std::fs::write(ENABLE_URING, if on { "Y" } else { "N" }).unwrap();
-        UringSwitch(was.trim().to_string())
-    }
-}
-
-impl Drop for UringSwitch {
-    fn drop(&mut self) {
-        let _ = std::fs::write(ENABLE_URING, &self.0);
-    }
-}
-
 /// `-o io_uring`: the same checks pass with every request but FORGET answered over
 /// io_uring (INIT, FORGET and INTERRUPT stay on /dev/fuse), with each placement of
 /// the queue threads; a kernel with the switch off refuses the mount, saying how
@@ -224,13 +204,10 @@ impl Drop for UringSwitch {
 #[test]
 fn null_mount_over_io_uring_answers_every_request_on_the_ring() {
     require_fuse!();
-    if !Path::new(ENABLE_URING).exists() {
-        eprintln!("SKIPPED: this kernel has no FUSE over io_uring ({ENABLE_URING} missing)");
-        return;
-    }
+    require_io_uring!();
     let tmp = tempfile::tempdir().unwrap();
     {
-        let _off = UringSwitch::set(false);
+        let _off = common::UringSwitch::set(false);
         let mp = tmp.path().join("off");
         std::fs::create_dir(&mp).unwrap();
         let out = Command::new(env!("CARGO_BIN_EXE_basalt-fusefs-dev"))
@@ -246,7 +223,7 @@ fn null_mount_over_io_uring_answers_every_request_on_the_ring() {
         );
         assert!(!common::is_mounted(&mp), "a refused mount was left behind");
     }
-    let _on = UringSwitch::set(true);
+    let _on = common::UringSwitch::set(true);
     for pinning in ["same", "other", "none"] {
         let mp = tmp.path().join(pinning);
         let opt = format!("io_uring={pinning}");

@@ -11,17 +11,24 @@ pub mod opcode {
     pub const LOOKUP: u32 = 1;
     pub const GETATTR: u32 = 3;
     pub const SETATTR: u32 = 4;
+    pub const READLINK: u32 = 5;
+    pub const SYMLINK: u32 = 6;
+    pub const MKNOD: u32 = 8;
     pub const MKDIR: u32 = 9;
     pub const UNLINK: u32 = 10;
     pub const RMDIR: u32 = 11;
+    pub const RENAME: u32 = 12;
+    pub const LINK: u32 = 13;
     pub const OPEN: u32 = 14;
     pub const READ: u32 = 15;
     pub const WRITE: u32 = 16;
     pub const STATFS: u32 = 17;
     pub const RELEASE: u32 = 18;
     pub const FSYNC: u32 = 20;
+    pub const SETXATTR: u32 = 21;
     pub const GETXATTR: u32 = 22;
     pub const LISTXATTR: u32 = 23;
+    pub const REMOVEXATTR: u32 = 24;
     pub const FLUSH: u32 = 25;
     pub const OPENDIR: u32 = 27;
     pub const READDIR: u32 = 28;
@@ -29,8 +36,21 @@ pub mod opcode {
     pub const FSYNCDIR: u32 = 30;
     pub const ACCESS: u32 = 34;
     pub const CREATE: u32 = 35;
+    pub const FALLOCATE: u32 = 43;
     pub const READDIRPLUS: u32 = 44;
+    pub const RENAME2: u32 = 45;
 }
+
+/// `FUSE_GETATTR_FH` in [`GetattrIn::getattr_flags`]: `fh` is set.
+pub const GETATTR_FH: u32 = 1 << 0;
+/// `FUSE_FSYNC_FDATASYNC` in [`FsyncIn::fsync_flags`].
+pub const FSYNC_FDATASYNC: u32 = 1 << 0;
+/// `FUSE_RELEASE_FLUSH` in [`ReleaseIn::release_flags`].
+pub const RELEASE_FLUSH: u32 = 1 << 0;
+/// `FUSE_READ_LOCKOWNER` in [`ReadIn::read_flags`] and `FUSE_WRITE_LOCKOWNER` in
+/// [`WriteIn::write_flags`]: `lock_owner` is set.
+pub const READ_LOCKOWNER: u32 = 1 << 1;
+pub const WRITE_LOCKOWNER: u32 = 1 << 1;
 
 /// `FATTR_*` bits of [`SetattrIn::valid`].
 pub mod fattr {
@@ -40,6 +60,7 @@ pub mod fattr {
     pub const SIZE: u32 = 1 << 3;
     pub const ATIME: u32 = 1 << 4;
     pub const MTIME: u32 = 1 << 5;
+    pub const FH: u32 = 1 << 6;
     pub const ATIME_NOW: u32 = 1 << 7;
     pub const MTIME_NOW: u32 = 1 << 8;
 }
@@ -185,6 +206,57 @@ pub struct SetattrIn {
     pub uid: u32,
     pub gid: u32,
     pub unused5: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct MknodIn {
+    pub mode: u32,
+    pub rdev: u32,
+    pub umask: u32,
+    pub padding: u32,
+}
+
+/// RENAME (only `newdir`, 8 bytes) and RENAME2.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct Rename2In {
+    pub newdir: u64,
+    pub flags: u32,
+    pub padding: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct LinkIn {
+    pub oldnodeid: u64,
+}
+
+/// SETXATTR without `FUSE_SETXATTR_EXT` (which this server does not ask for).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct SetxattrIn {
+    pub size: u32,
+    pub flags: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct FallocateIn {
+    pub fh: u64,
+    pub offset: u64,
+    pub length: u64,
+    pub mode: u32,
+    pub padding: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct FlushIn {
+    pub fh: u64,
+    pub unused: u32,
+    pub padding: u32,
+    pub lock_owner: u64,
 }
 
 #[repr(C)]
@@ -348,6 +420,10 @@ mod tests {
         assert_eq!(size_of::<WriteIn>(), 40);
         assert_eq!(size_of::<ReleaseIn>(), 24);
         assert_eq!(size_of::<RingEntInOut>(), 32);
+        assert_eq!(size_of::<MknodIn>(), 16);
+        assert_eq!(size_of::<Rename2In>(), 16);
+        assert_eq!(size_of::<FallocateIn>(), 32);
+        assert_eq!(size_of::<FlushIn>(), 24);
         assert_eq!(size_of::<RingHeaders>(), 288);
         assert_eq!(size_of::<CmdReq>(), 24);
     }

@@ -5,8 +5,8 @@
 //! instead of a `read` and a `write` on `/dev/fuse` per request. INIT, FORGET and
 //! INTERRUPT stay on `/dev/fuse` (served by the `fuser` session as before).
 //!
-//! One thread per queue, with `depth` entries (a header buffer and a payload buffer
-//! each). Where it runs is [`Pinning`]: on the queue's CPU, the client's, so that a
+//! `threads` threads per queue, each with its own ring and `depth` entries (a header
+//! buffer and a payload buffer each). Where they run is [`Pinning`]: on the queue's CPU, the client's, so that a
 //! request and its reply wake nobody across CPUs, or elsewhere (ARCHITECTURE.md,
 //! "FUSE over io_uring", has what each costs). Requests are decoded here
 //! ([`request`]) and answered through [`Serve`]; this layer does not depend on what
@@ -60,6 +60,10 @@ impl std::str::FromStr for Pinning {
 #[derive(Debug, Clone, Copy)]
 pub struct RingConfig {
     pub pinning: Pinning,
+    /// Threads per queue, each with its own io_uring and `depth` entries: while a
+    /// request keeps one busy (a device read, an fsync), the others take the queue's
+    /// next requests.
+    pub threads: usize,
     /// Entries (requests in progress at once) per queue.
     pub depth: usize,
     /// Bytes of each entry's payload buffer: at least the mount's largest request or
@@ -104,8 +108,9 @@ impl Ring {
         let served = Arc::new(AtomicU64::new(0));
         let error = Arc::new(Mutex::new(None));
         let queues = possible_cpus();
-        let mut threads = Vec::with_capacity(queues);
-        for q in 0..queues {
+        let per_queue = cfg.threads.max(1);
+        let mut threads = Vec::with_capacity(queues * per_queue);
+        for q in (0..queues).flat_map(|q| std::iter::repeat_n(q, per_queue)) {
             let cpu = match cfg.pinning {
                 Pinning::Same => Some(q),
                 Pinning::Other => Some((q + 1) % queues),
@@ -121,7 +126,7 @@ impl Ring {
             };
             threads.push(
                 std::thread::Builder::new()
-                    .name(format!("basalt-ring-{q}"))
+                    .name(format!("basalt-ring-{q}.{}", threads.len() % per_queue))
                     .spawn(move || {
                         if let Some(cpu) = cpu {
                             pin_to(cpu);

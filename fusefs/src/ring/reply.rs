@@ -144,18 +144,45 @@ impl<'a> Reply<'a> {
         self.put(&abi::WriteOut { size, padding: 0 });
     }
 
-    pub fn statfs(&mut self, s: abi::StatfsOut) {
-        self.put(&s);
+    /// Blocks, free blocks, available blocks, files, free files, block size, name
+    /// length, fragment size (as `fuser`'s `ReplyStatfs::statfs`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn statfs(
+        &mut self,
+        blocks: u64,
+        bfree: u64,
+        bavail: u64,
+        files: u64,
+        ffree: u64,
+        bsize: u32,
+        namelen: u32,
+        frsize: u32,
+    ) {
+        self.put(&abi::StatfsOut {
+            blocks,
+            bfree,
+            bavail,
+            files,
+            ffree,
+            bsize,
+            namelen,
+            frsize,
+            padding: 0,
+            spare: [0; 6],
+        });
+    }
+
+    /// The length of an extended attribute's value or of a list of names, for a
+    /// caller that asked with size 0.
+    pub fn xattr_size(&mut self, size: u32) {
+        self.put(&abi::GetxattrOut { size, padding: 0 });
     }
 
     /// An extended attribute's value or a list of names: its length when the caller
     /// asked with size 0, ERANGE when `size` is too small, else the bytes.
     pub fn xattr(&mut self, size: u32, data: &[u8]) {
         if size == 0 {
-            self.put(&abi::GetxattrOut {
-                size: data.len() as u32,
-                padding: 0,
-            });
+            self.xattr_size(data.len() as u32);
         } else if (size as usize) < data.len() {
             self.error(libc::ERANGE);
         } else {

@@ -7,7 +7,42 @@ use std::os::unix::ffi::OsStrExt;
 
 use zerocopy::FromBytes;
 
-use super::abi::{self, opcode, InHeader, RingHeaders};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::TimeOrNow;
+
+use super::abi::{self, fattr, opcode, InHeader, RingHeaders};
+use crate::fuse::AttrChanges;
+
+/// A time the kernel sent as seconds (negative before the epoch) and nanoseconds.
+fn kernel_time(secs: u64, nsecs: u32) -> SystemTime {
+    let secs = secs as i64;
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::new(secs as u64, nsecs)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + Duration::from_nanos(nsecs.into())
+    }
+}
+
+/// What a SETATTR asks to change.
+fn changes(s: &abi::SetattrIn) -> AttrChanges {
+    let has = |bit: u32| s.valid & bit != 0;
+    let time = |now: u32, secs: u64, nsecs: u32| {
+        if has(now) {
+            TimeOrNow::Now
+        } else {
+            TimeOrNow::SpecificTime(kernel_time(secs, nsecs))
+        }
+    };
+    AttrChanges {
+        mode: has(fattr::MODE).then_some(s.mode),
+        uid: has(fattr::UID).then_some(s.uid),
+        gid: has(fattr::GID).then_some(s.gid),
+        size: has(fattr::SIZE).then_some(s.size),
+        atime: has(fattr::ATIME).then(|| time(fattr::ATIME_NOW, s.atime, s.atimensec)),
+        mtime: has(fattr::MTIME).then(|| time(fattr::MTIME_NOW, s.mtime, s.mtimensec)),
+    }
+}
 
 /// One request taken from the ring.
 #[derive(Debug)]
@@ -26,8 +61,24 @@ pub enum Op<'a> {
     Lookup {
         name: &'a OsStr,
     },
-    Getattr,
-    Setattr(abi::SetattrIn),
+    Getattr {
+        fh: Option<u64>,
+    },
+    Setattr {
+        changes: AttrChanges,
+        fh: Option<u64>,
+    },
+    Readlink,
+    Symlink {
+        name: &'a OsStr,
+        target: &'a OsStr,
+    },
+    Mknod {
+        name: &'a OsStr,
+        mode: u32,
+        rdev: u32,
+        umask: u32,
+    },
     Mkdir {
         name: &'a OsStr,
         mode: u32,
@@ -39,6 +90,18 @@ pub enum Op<'a> {
     Rmdir {
         name: &'a OsStr,
     },
+    /// RENAME (flags 0) and RENAME2.
+    Rename {
+        newdir: u64,
+        name: &'a OsStr,
+        newname: &'a OsStr,
+        flags: u32,
+    },
+    /// A new name in the request's directory for inode `oldnodeid`.
+    Link {
+        oldnodeid: u64,
+        newname: &'a OsStr,
+    },
     Open {
         flags: i32,
     },
@@ -46,19 +109,32 @@ pub enum Op<'a> {
         fh: u64,
         offset: u64,
         size: u32,
+        flags: i32,
+        lock_owner: Option<u64>,
     },
     Write {
         fh: u64,
         offset: u64,
         data: &'a [u8],
         write_flags: u32,
+        flags: i32,
+        lock_owner: Option<u64>,
     },
     Statfs,
     Release {
         fh: u64,
+        flags: i32,
+        flush: bool,
+        lock_owner: Option<u64>,
     },
     Fsync {
         fh: u64,
+        datasync: bool,
+    },
+    Setxattr {
+        name: &'a OsStr,
+        value: &'a [u8],
+        flags: i32,
     },
     Getxattr {
         name: &'a OsStr,
@@ -67,8 +143,12 @@ pub enum Op<'a> {
     Listxattr {
         size: u32,
     },
+    Removexattr {
+        name: &'a OsStr,
+    },
     Flush {
         fh: u64,
+        lock_owner: u64,
     },
     Opendir {
         flags: i32,
@@ -85,9 +165,11 @@ pub enum Op<'a> {
     },
     Releasedir {
         fh: u64,
+        flags: i32,
     },
     Fsyncdir {
         fh: u64,
+        datasync: bool,
     },
     Access {
         mask: u32,
@@ -98,8 +180,53 @@ pub enum Op<'a> {
         umask: u32,
         flags: i32,
     },
+    Fallocate {
+        fh: u64,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    },
     /// An opcode this transport does not decode (answered ENOSYS).
     Other(u32),
+}
+
+impl Op<'_> {
+    /// The operation's name, for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Lookup { .. } => "LOOKUP",
+            Op::Getattr { .. } => "GETATTR",
+            Op::Setattr { .. } => "SETATTR",
+            Op::Readlink => "READLINK",
+            Op::Symlink { .. } => "SYMLINK",
+            Op::Mknod { .. } => "MKNOD",
+            Op::Mkdir { .. } => "MKDIR",
+            Op::Unlink { .. } => "UNLINK",
+            Op::Rmdir { .. } => "RMDIR",
+            Op::Rename { .. } => "RENAME",
+            Op::Link { .. } => "LINK",
+            Op::Open { .. } => "OPEN",
+            Op::Read { .. } => "READ",
+            Op::Write { .. } => "WRITE",
+            Op::Statfs => "STATFS",
+            Op::Release { .. } => "RELEASE",
+            Op::Fsync { .. } => "FSYNC",
+            Op::Setxattr { .. } => "SETXATTR",
+            Op::Getxattr { .. } => "GETXATTR",
+            Op::Listxattr { .. } => "LISTXATTR",
+            Op::Removexattr { .. } => "REMOVEXATTR",
+            Op::Flush { .. } => "FLUSH",
+            Op::Opendir { .. } => "OPENDIR",
+            Op::Readdir { .. } => "READDIR",
+            Op::Readdirplus { .. } => "READDIRPLUS",
+            Op::Releasedir { .. } => "RELEASEDIR",
+            Op::Fsyncdir { .. } => "FSYNCDIR",
+            Op::Access { .. } => "ACCESS",
+            Op::Create { .. } => "CREATE",
+            Op::Fallocate { .. } => "FALLOCATE",
+            Op::Other(_) => "an unknown opcode",
+        }
+    }
 }
 
 /// A request the kernel should never send: too short for its opcode, or a name
@@ -112,8 +239,19 @@ pub struct Malformed {
 
 /// The NUL-terminated name at the start of `b`.
 fn name(b: &[u8]) -> Option<&OsStr> {
+    Some(name_and_rest(b)?.0)
+}
+
+/// The NUL-terminated name at the start of `b`, and what follows its NUL.
+fn name_and_rest(b: &[u8]) -> Option<(&OsStr, &[u8])> {
     let end = b.iter().position(|&c| c == 0)?;
-    Some(OsStr::from_bytes(&b[..end]))
+    Some((OsStr::from_bytes(&b[..end]), &b[end + 1..]))
+}
+
+/// Two NUL-terminated names, one after the other.
+fn two_names(b: &[u8]) -> Option<(&OsStr, &OsStr)> {
+    let (a, rest) = name_and_rest(b)?;
+    Some((a, name(rest)?))
 }
 
 /// Decodes the request in `headers` (header, opcode header) and `payload` (the
@@ -137,13 +275,39 @@ pub fn decode<'a>(headers: &'a RingHeaders, payload: &'a [u8]) -> Result<Request
             <$t>::read_from_prefix(op_in).map(|(v, _)| v).ok()
         };
     }
+    let owner = |flags: u32, bit: u32, owner: u64| (flags & bit != 0).then_some(owner);
     let op = (|| {
         Some(match h.opcode {
             opcode::LOOKUP => Op::Lookup {
                 name: payload_name()?,
             },
-            opcode::GETATTR => Op::Getattr,
-            opcode::SETATTR => Op::Setattr(arg!(abi::SetattrIn)?),
+            opcode::GETATTR => {
+                let a = arg!(abi::GetattrIn)?;
+                Op::Getattr {
+                    fh: (a.getattr_flags & abi::GETATTR_FH != 0).then_some(a.fh),
+                }
+            }
+            opcode::SETATTR => {
+                let a = arg!(abi::SetattrIn)?;
+                Op::Setattr {
+                    changes: changes(&a),
+                    fh: (a.valid & fattr::FH != 0).then_some(a.fh),
+                }
+            }
+            opcode::READLINK => Op::Readlink,
+            opcode::SYMLINK => {
+                let (name, target) = two_names(payload)?;
+                Op::Symlink { name, target }
+            }
+            opcode::MKNOD => {
+                let a = arg!(abi::MknodIn)?;
+                Op::Mknod {
+                    name: name(payload)?,
+                    mode: a.mode,
+                    rdev: a.rdev,
+                    umask: a.umask,
+                }
+            }
             opcode::MKDIR => {
                 let a = arg!(abi::MkdirIn)?;
                 Op::Mkdir {
@@ -158,6 +322,25 @@ pub fn decode<'a>(headers: &'a RingHeaders, payload: &'a [u8]) -> Result<Request
             opcode::RMDIR => Op::Rmdir {
                 name: payload_name()?,
             },
+            opcode::RENAME | opcode::RENAME2 => {
+                let a = arg!(abi::Rename2In)?;
+                let (name, newname) = two_names(payload)?;
+                Op::Rename {
+                    newdir: a.newdir,
+                    name,
+                    newname,
+                    // RENAME's header is `newdir` alone: what follows is not its.
+                    flags: if h.opcode == opcode::RENAME2 {
+                        a.flags
+                    } else {
+                        0
+                    },
+                }
+            }
+            opcode::LINK => Op::Link {
+                oldnodeid: arg!(abi::LinkIn)?.oldnodeid,
+                newname: name(payload)?,
+            },
             opcode::OPEN => Op::Open {
                 flags: arg!(abi::OpenIn)?.flags as i32,
             },
@@ -168,7 +351,13 @@ pub fn decode<'a>(headers: &'a RingHeaders, payload: &'a [u8]) -> Result<Request
                 let a = arg!(abi::ReadIn)?;
                 let (fh, offset, size) = (a.fh, a.offset, a.size);
                 match h.opcode {
-                    opcode::READ => Op::Read { fh, offset, size },
+                    opcode::READ => Op::Read {
+                        fh,
+                        offset,
+                        size,
+                        flags: a.flags as i32,
+                        lock_owner: owner(a.read_flags, abi::READ_LOCKOWNER, a.lock_owner),
+                    },
                     opcode::READDIR => Op::Readdir { fh, offset, size },
                     _ => Op::Readdirplus { fh, offset, size },
                 }
@@ -180,21 +369,45 @@ pub fn decode<'a>(headers: &'a RingHeaders, payload: &'a [u8]) -> Result<Request
                     offset: a.offset,
                     data: payload.get(..a.size as usize)?,
                     write_flags: a.write_flags,
+                    flags: a.flags as i32,
+                    lock_owner: owner(a.write_flags, abi::WRITE_LOCKOWNER, a.lock_owner),
                 }
             }
             opcode::STATFS => Op::Statfs,
-            opcode::RELEASE => Op::Release {
-                fh: arg!(abi::ReleaseIn)?.fh,
-            },
-            opcode::RELEASEDIR => Op::Releasedir {
-                fh: arg!(abi::ReleaseIn)?.fh,
-            },
-            opcode::FSYNC => Op::Fsync {
-                fh: arg!(abi::FsyncIn)?.fh,
-            },
-            opcode::FSYNCDIR => Op::Fsyncdir {
-                fh: arg!(abi::FsyncIn)?.fh,
-            },
+            opcode::RELEASE => {
+                let a = arg!(abi::ReleaseIn)?;
+                Op::Release {
+                    fh: a.fh,
+                    flags: a.flags as i32,
+                    flush: a.release_flags & abi::RELEASE_FLUSH != 0,
+                    lock_owner: Some(a.lock_owner).filter(|&o| o != 0),
+                }
+            }
+            opcode::RELEASEDIR => {
+                let a = arg!(abi::ReleaseIn)?;
+                Op::Releasedir {
+                    fh: a.fh,
+                    flags: a.flags as i32,
+                }
+            }
+            opcode::FSYNC | opcode::FSYNCDIR => {
+                let a = arg!(abi::FsyncIn)?;
+                let (fh, datasync) = (a.fh, a.fsync_flags & abi::FSYNC_FDATASYNC != 0);
+                if h.opcode == opcode::FSYNC {
+                    Op::Fsync { fh, datasync }
+                } else {
+                    Op::Fsyncdir { fh, datasync }
+                }
+            }
+            opcode::SETXATTR => {
+                let a = arg!(abi::SetxattrIn)?;
+                let (name, rest) = name_and_rest(payload)?;
+                Op::Setxattr {
+                    name,
+                    value: rest.get(..a.size as usize)?,
+                    flags: a.flags as i32,
+                }
+            }
             opcode::GETXATTR => Op::Getxattr {
                 size: arg!(abi::GetxattrIn)?.size,
                 name: name(payload)?,
@@ -202,9 +415,16 @@ pub fn decode<'a>(headers: &'a RingHeaders, payload: &'a [u8]) -> Result<Request
             opcode::LISTXATTR => Op::Listxattr {
                 size: arg!(abi::GetxattrIn)?.size,
             },
-            opcode::FLUSH => Op::Flush {
-                fh: arg!(abi::ReleaseIn)?.fh,
+            opcode::REMOVEXATTR => Op::Removexattr {
+                name: payload_name()?,
             },
+            opcode::FLUSH => {
+                let a = arg!(abi::FlushIn)?;
+                Op::Flush {
+                    fh: a.fh,
+                    lock_owner: a.lock_owner,
+                }
+            }
             opcode::ACCESS => Op::Access {
                 mask: arg!(abi::AccessIn)?.mask,
             },
@@ -215,6 +435,15 @@ pub fn decode<'a>(headers: &'a RingHeaders, payload: &'a [u8]) -> Result<Request
                     mode: a.mode,
                     umask: a.umask,
                     flags: a.flags as i32,
+                }
+            }
+            opcode::FALLOCATE => {
+                let a = arg!(abi::FallocateIn)?;
+                Op::Fallocate {
+                    fh: a.fh,
+                    offset: a.offset,
+                    length: a.length,
+                    mode: a.mode as i32,
                 }
             }
             other => Op::Other(other),
@@ -289,9 +518,73 @@ mod tests {
         let h = headers(opcode::WRITE, w.as_bytes());
         let r = decode(&h, b"hello and more").unwrap();
         assert!(
-            matches!(r.op, Op::Write { fh: 3, offset: 4096, data: b"hello", write_flags }
+            matches!(r.op, Op::Write { fh: 3, offset: 4096, data: b"hello", write_flags, lock_owner: None, .. }
             if write_flags == abi::WRITE_KILL_SUIDGID)
         );
+
+        let rn = abi::Rename2In {
+            newdir: 9,
+            flags: libc::RENAME_EXCHANGE,
+            padding: 0,
+        };
+        let h = headers(opcode::RENAME2, rn.as_bytes());
+        let r = decode(&h, b"a\0b\0").unwrap();
+        assert!(
+            matches!(r.op, Op::Rename { newdir: 9, name, newname, flags }
+            if name == "a" && newname == "b" && flags == libc::RENAME_EXCHANGE)
+        );
+        // RENAME's header is newdir alone: the bytes after it in op_in are not flags.
+        let h = headers(opcode::RENAME, rn.as_bytes());
+        assert!(matches!(
+            decode(&h, b"a\0b\0").unwrap().op,
+            Op::Rename { flags: 0, .. }
+        ));
+
+        let x = abi::SetxattrIn { size: 3, flags: 1 };
+        let h = headers(opcode::SETXATTR, x.as_bytes());
+        let r = decode(&h, b"user.k\0v\0zmore").unwrap();
+        assert!(
+            matches!(r.op, Op::Setxattr { name, value: b"v\0z", flags: 1 } if name == "user.k")
+        );
+        let h = headers(opcode::SYMLINK, &[]);
+        let r = decode(&h, b"link\0/target/path\0").unwrap();
+        assert!(
+            matches!(r.op, Op::Symlink { name, target } if name == "link" && target == "/target/path")
+        );
+    }
+
+    #[test]
+    fn setattr_times_now_and_before_the_epoch() {
+        let a = abi::SetattrIn {
+            valid: fattr::MODE | fattr::ATIME | fattr::ATIME_NOW | fattr::MTIME | fattr::FH,
+            padding: 0,
+            fh: 5,
+            size: 0,
+            lock_owner: 0,
+            atime: 0,
+            mtime: (-2i64) as u64,
+            ctime: 0,
+            atimensec: 0,
+            mtimensec: 750_000_000,
+            ctimensec: 0,
+            mode: 0o640,
+            unused4: 0,
+            uid: 0,
+            gid: 0,
+            unused5: 0,
+        };
+        let h = headers(opcode::SETATTR, a.as_bytes());
+        let Op::Setattr { changes, fh } = decode(&h, b"").unwrap().op else {
+            panic!("not a setattr");
+        };
+        assert_eq!(fh, Some(5));
+        assert_eq!(
+            (changes.mode, changes.uid, changes.size),
+            (Some(0o640), None, None)
+        );
+        assert!(matches!(changes.atime, Some(TimeOrNow::Now)));
+        let want = UNIX_EPOCH - Duration::from_millis(1250);
+        assert!(matches!(changes.mtime, Some(TimeOrNow::SpecificTime(t)) if t == want));
     }
 
     #[test]

@@ -220,3 +220,39 @@ pub fn mode(p: &Path) -> u32 {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(p).unwrap().mode() & 0o7777
 }
+
+/// Skips the calling test (with the reason printed) when the kernel has no FUSE over
+/// io_uring.
+#[macro_export]
+macro_rules! require_io_uring {
+    () => {
+        if !std::path::Path::new(common::ENABLE_URING).exists() {
+            eprintln!(
+                "SKIPPED: this kernel has no FUSE over io_uring ({} missing)",
+                common::ENABLE_URING
+            );
+            return;
+        }
+    };
+}
+
+/// The kernel's FUSE-over-io_uring switch (Linux 6.14+).
+pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Sets the kernel's FUSE-over-io_uring switch, and puts back what it was when
+/// dropped (it is global, and CI machines are shared).
+pub struct UringSwitch(String);
+
+impl UringSwitch {
+    pub fn set(on: bool) -> UringSwitch {
+        let was = std::fs::read_to_string(ENABLE_URING).unwrap();
+        std::fs::write(ENABLE_URING, if on { "Y" } else { "N" }).unwrap();
+        UringSwitch(was.trim().to_string())
+    }
+}
+
+impl Drop for UringSwitch {
+    fn drop(&mut self) {
+        let _ = std::fs::write(ENABLE_URING, &self.0);
+    }
+}

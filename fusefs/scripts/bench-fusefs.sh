@@ -52,7 +52,9 @@ mkdir "$WORK/mnt/c"
 # most 1 GiB), so it runs the random reads on a 1 GiB file and no sequential or
 # synced-write runs.
 mkdir -p "$WORK/null"
-"$DEV" nullfs "$WORK/null" >"$WORK/null.log" 2>&1 &
+NULL_OPTS=()
+case "${BENCH_OPTS:-}" in *io_uring*) NULL_OPTS=(-o "$BENCH_OPTS") ;; esac # the same transport
+"$DEV" nullfs "${NULL_OPTS[@]}" "$WORK/null" >"$WORK/null.log" 2>&1 &
 NULLPID=$!
 for _ in $(seq 200); do mountpoint -q "$WORK/null" && break; sleep 0.05; done
 mountpoint -q "$WORK/null" || { cat "$WORK/null.log"; exit 1; }

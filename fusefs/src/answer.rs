@@ -278,8 +278,8 @@ impl AnsError for Ring<'_, '_> {
 }
 
 impl AnsEntry for Ring<'_, '_> {
-    fn entry(self, ttl: &Duration, attr: &FileAttr, _generation: Generation) {
-        ring::Reply::entry(self, attr, *ttl)
+    fn entry(self, ttl: &Duration, attr: &FileAttr, generation: Generation) {
+        ring::Reply::entry(self, attr, *ttl, generation.0)
     }
 }
 
@@ -304,11 +304,11 @@ impl AnsCreate for Ring<'_, '_> {
         self,
         ttl: &Duration,
         attr: &FileAttr,
-        _generation: Generation,
+        generation: Generation,
         fh: FileHandle,
         flags: FopenFlags,
     ) {
-        ring::Reply::created(self, attr, *ttl, fh.0, flags.bits())
+        ring::Reply::created(self, attr, *ttl, generation.0, fh.0, flags.bits())
     }
 }
 
@@ -385,9 +385,10 @@ impl AnsDirPlus for RingDir<'_, '_> {
         name: &OsStr,
         ttl: &Duration,
         attr: &FileAttr,
-        _generation: Generation,
+        generation: Generation,
     ) -> bool {
-        self.reply.direntplus(attr, *ttl, offset, name, self.max)
+        self.reply
+            .direntplus(attr, (*ttl, generation.0), offset, name, self.max)
     }
     fn ok(self) {}
 }

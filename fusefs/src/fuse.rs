@@ -53,6 +53,10 @@ pub struct FsOptions {
     /// Serve requests over io_uring, with queue threads placed so (`-o io_uring`,
     /// `-o io_uring=same|other|none`); the null filesystem only, so far.
     pub io_uring: Option<crate::ring::Pinning>,
+    /// Threads per io_uring queue (`-o io_uring_threads=N`), each with one entry: a
+    /// handler blocks its thread (device reads, fsync), so each thread takes one
+    /// request at a time and the kernel only hands requests to idle ones.
+    pub io_uring_threads: usize,
 }
 
 /// An open file or directory.

@@ -100,6 +100,7 @@ fn parse_options(cfg: &MountConfig) -> Result<(FsOptions, Vec<MountOption>), FsE
         workers: worker_threads(cfg.threads),
         readahead_kb: DEFAULT_READAHEAD_KB,
         io_uring: None,
+        io_uring_threads: DEFAULT_RING_THREADS,
     };
     let mut m = vec![
         MountOption::FSName("basalt".into()),
@@ -159,6 +160,13 @@ fn parse_options(cfg: &MountConfig) -> Result<(FsOptions, Vec<MountOption>), FsE
                     v.parse()
                         .map_err(|_| FsError::InvalidOption(opt.to_string()))?,
                 )
+            }
+            "io_uring_threads" => {
+                o.io_uring_threads = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&x| (1..=64).contains(&x))
+                    .ok_or_else(|| FsError::InvalidOption(opt.to_string()))?
             }
             "max_write" => {
                 o.max_write = v
@@ -273,7 +281,7 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
     let state = build_state(db, chunk_size, external.id)?;
     let (flush_interval, readahead_kb, workers) =
         (opts.flush_interval, opts.readahead_kb, opts.workers);
-    let (pinning, max_write) = (opts.io_uring, opts.max_write);
+    let (pinning, max_write, ring_threads) = (opts.io_uring, opts.max_write, opts.io_uring_threads);
     let health: Option<HealthFn> = cfg.health.clone();
     let (forget_tx, forget_rx) = std::sync::mpsc::channel();
     let shared = Arc::new(Shared::new(state, opts, health, external, forget_tx));
@@ -298,15 +306,13 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
         let server = Arc::new(BasaltFs {
             shared: shared.clone(),
         });
-        // More than one thread per queue: a request that waits for the device or an
-        // fsync would hold up its CPU's queue.
-        let threads = RING_THREADS_PER_QUEUE;
+        let shape = (ring_threads, 1);
         let ring = start_ring(
             &handle.mountpoint,
             &fd,
             granted,
             pinning,
-            threads,
+            shape,
             max_write,
             server,
         )?;
@@ -382,12 +388,14 @@ pub fn mount_null(cfg: MountConfig) -> Result<MountHandle, FsError> {
     };
     if let Some(pinning) = pinning {
         let granted = core.ring_granted.load(Ordering::Relaxed);
+        // Its handlers never block: one thread per queue takes all its requests.
+        let shape = (1, 16);
         let ring = start_ring(
             &handle.mountpoint,
             &fd,
             granted,
             pinning,
-            1,
+            shape,
             max_write,
             core,
         )?;
@@ -398,20 +406,19 @@ pub fn mount_null(cfg: MountConfig) -> Result<MountHandle, FsError> {
     Ok(handle)
 }
 
-/// Entries per io_uring queue thread: requests one thread has in progress at once.
-const RING_DEPTH: usize = 16;
-/// Threads per io_uring queue of the Basalt mount.
-const RING_THREADS_PER_QUEUE: usize = 4;
+/// Threads per io_uring queue of the Basalt mount (`-o io_uring_threads`).
+pub const DEFAULT_RING_THREADS: usize = 8;
 
 /// Starts the io_uring queues of the mount at `mountpoint` (`-o io_uring`), whose
-/// INIT `granted` FUSE over io_uring or not, with `threads` threads per queue placed
-/// by `pinning`. Refused with what to do when the kernel did not grant it.
+/// INIT `granted` FUSE over io_uring or not, with `(threads, entries)` per queue
+/// and thread, placed by `pinning`. Refused with what to do when the kernel did not
+/// grant it.
 fn start_ring(
     mountpoint: &Path,
     fd: &OwnedFd,
     granted: bool,
     pinning: crate::ring::Pinning,
-    threads: usize,
+    (threads, depth): (usize, usize),
     max_write: u32,
     server: Arc<dyn crate::ring::Serve>,
 ) -> Result<crate::ring::Ring, FsError> {
@@ -431,7 +438,7 @@ fn start_ring(
     let cfg = crate::ring::RingConfig {
         pinning,
         threads,
-        depth: RING_DEPTH,
+        depth,
         // The largest request or reply: max_write, and reads of up to 1 MiB.
         payload: (max_write as usize).max(1 << 20),
     };
@@ -707,6 +714,18 @@ mod tests {
         );
         assert_eq!(parse("readahead_kb=0").unwrap().readahead_kb, 0);
         assert!(!o.writeback_cache);
+        use crate::ring::Pinning;
+        assert_eq!(
+            (d.io_uring, d.io_uring_threads),
+            (None, DEFAULT_RING_THREADS)
+        );
+        assert_eq!(parse("io_uring").unwrap().io_uring, Some(Pinning::Same));
+        let r = parse("io_uring=other,io_uring_threads=3").unwrap();
+        assert_eq!((r.io_uring, r.io_uring_threads), (Some(Pinning::Other), 3));
+        assert_eq!(
+            parse("io_uring=none").unwrap().io_uring,
+            Some(Pinning::Unpinned)
+        );
         assert_eq!(o.attr_ttl, Duration::from_millis(2500));
     }
 
@@ -788,6 +807,9 @@ mod tests {
             "readahead_kb=2",
             "readahead_kb=65537",
             "readahead_kb=-1",
+            "io_uring=sometimes",
+            "io_uring_threads=0",
+            "io_uring_threads=65",
             "nosuchopt",
         ] {
             match parse(bad) {

@@ -705,14 +705,14 @@ impl ring::Serve for NullCore {
         let ino = req.nodeid;
         let r: Result<(), Errno> = (|| {
             match req.op {
-                R::Lookup { name } => reply.entry(&self.lookup(ino, name)?, entry_ttl),
+                R::Lookup { name } => reply.entry(&self.lookup(ino, name)?, entry_ttl, 0),
                 R::Getattr { .. } => reply.attr(&self.getattr(ino)?, attr_ttl),
                 R::Setattr { changes, .. } => {
                     let a = self.setattr(ino, changes)?;
                     reply.attr(&a, attr_ttl)
                 }
                 R::Mkdir { name, mode, umask } => {
-                    reply.entry(&self.mkdir(who, ino, name, mode & !umask)?, entry_ttl)
+                    reply.entry(&self.mkdir(who, ino, name, mode & !umask)?, entry_ttl, 0)
                 }
                 R::Unlink { name } => self.unlink(ino, name, false)?,
                 R::Rmdir { name } => self.unlink(ino, name, true)?,
@@ -756,7 +756,7 @@ impl ring::Serve for NullCore {
                 }
                 R::Readdirplus { fh, offset, size } => {
                     self.entries(fh, offset, true, |off, name, _, a| {
-                        reply.direntplus(a, entry_ttl, off, name, size as usize)
+                        reply.direntplus(a, (entry_ttl, 0), off, name, size as usize)
                     })?
                 }
                 R::Releasedir { fh, .. } => self.releasedir(fh),
@@ -768,7 +768,7 @@ impl ring::Serve for NullCore {
                     flags,
                 } => {
                     let (a, fl) = self.create(who, ino, name, mode & !umask, flags)?;
-                    reply.created(&a, entry_ttl, 0, fl.bits())
+                    reply.created(&a, entry_ttl, 0, 0, fl.bits())
                 }
                 // As `fuser` does for what the `/dev/fuse` front end leaves out (rename,
                 // links, symlinks, special files, xattrs, fallocate).

@@ -13,6 +13,9 @@ use crate::ring::{self, Op};
 
 impl ring::Serve for BasaltFs {
     fn serve(&self, req: &ring::Request<'_>, reply: &mut ring::Reply<'_>) {
+        // Spinning for a device read's completion is worth it only while nothing
+        // else on this CPU's queue waits for the CPU (as with the read pool).
+        basalt_engine::poll_reads_on_this_thread(req.in_progress == 1);
         let who = Who::from(req);
         let w = &who;
         let ino = INodeNo(req.nodeid);

@@ -17,7 +17,7 @@ mod reply;
 mod request;
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -110,6 +110,7 @@ impl Ring {
         let queues = possible_cpus();
         let per_queue = cfg.threads.max(1);
         let mut threads = Vec::with_capacity(queues * per_queue);
+        let busy: Vec<Arc<AtomicUsize>> = (0..queues).map(|_| Arc::default()).collect();
         for q in (0..queues).flat_map(|q| std::iter::repeat_n(q, per_queue)) {
             let cpu = match cfg.pinning {
                 Pinning::Same => Some(q),
@@ -121,6 +122,7 @@ impl Ring {
                 qid: q as u16,
                 cfg,
                 server: server.clone(),
+                busy: busy[q].clone(),
                 served: served.clone(),
                 error: error.clone(),
             };
@@ -205,6 +207,8 @@ struct Queue {
     qid: u16,
     cfg: RingConfig,
     server: Arc<dyn Serve>,
+    /// Requests in progress on this queue, across its threads.
+    busy: Arc<AtomicUsize>,
     served: Arc<AtomicU64>,
     error: Arc<Mutex<Option<String>>>,
 }
@@ -223,11 +227,6 @@ const REGISTER_PATIENCE: Duration = Duration::from_secs(5);
 impl Queue {
     fn run(&self) -> Result<(), String> {
         let depth = self.cfg.depth.max(1);
-        let mut ring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder()
-            .setup_single_issuer()
-            .setup_defer_taskrun()
-            .build((2 * depth).next_power_of_two() as u32)
-            .map_err(|e| format!("io_uring setup: {e}"))?;
         let mut entries: Vec<Entry> = (0..depth)
             .map(|_| {
                 let mut headers = Box::new(abi::RingHeaders::new_zeroed());
@@ -249,6 +248,29 @@ impl Queue {
                 }
             })
             .collect();
+        let mut ring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build((2 * depth).next_power_of_two() as u32)
+            .map_err(|e| format!("io_uring setup: {e}"))?;
+        let r = self.serve_entries(&mut ring, &mut entries);
+        if r.is_err() {
+            // The connection may still hand requests to this thread's other entries,
+            // copying them into their buffers: those are never freed. (After a normal
+            // end the kernel has let go of them: the connection is gone.)
+            std::mem::forget(entries);
+        }
+        r
+    }
+
+    /// Registers `entries` on `ring` and serves the requests the kernel puts in them
+    /// until the connection ends (`Ok`) or a command fails.
+    fn serve_entries(
+        &self,
+        ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
+        entries: &mut [Entry],
+    ) -> Result<(), String> {
+        let depth = entries.len();
         let fd = types::Fd(self.fd.as_raw_fd());
         let register = |e: &Entry, i: usize| {
             with_len(
@@ -261,9 +283,9 @@ impl Queue {
             )
         };
         for (i, e) in entries.iter().enumerate() {
-            // SAFETY: the entry's buffers and iovecs live as long as the ring (both
-            // are dropped when this function returns, after the kernel let go of the
-            // entries: it completes every command before the ring is torn down).
+            // SAFETY: the entry's buffers and iovecs outlive the commands: `run` frees
+            // them only after a normal end (the connection is gone, no request can
+            // reach them), and leaks them otherwise.
             unsafe { ring.submission().push(&register(e, i)) }
                 .map_err(|_| "submission queue full".to_string())?;
         }
@@ -318,9 +340,11 @@ impl Queue {
     fn answer(&self, e: &mut Entry, scratch: &mut [u8]) -> u64 {
         let ent = e.headers.ent;
         let payload_len = (ent.payload_sz as usize).min(e.payload.len());
+        let in_progress = self.busy.fetch_add(1, Ordering::Relaxed) + 1;
         let (unique, errno, len) = if payload_len == 0 {
             match decode(&e.headers, &[]) {
-                Ok(req) => {
+                Ok(mut req) => {
+                    req.in_progress = in_progress;
                     let mut reply = Reply::new(&mut e.payload);
                     self.server.serve(&req, &mut reply);
                     let (errno, len) = reply.finish();
@@ -330,7 +354,8 @@ impl Queue {
             }
         } else {
             let r = match decode(&e.headers, &e.payload[..payload_len]) {
-                Ok(req) => {
+                Ok(mut req) => {
+                    req.in_progress = in_progress;
                     let mut reply = Reply::new(scratch);
                     self.server.serve(&req, &mut reply);
                     let (errno, len) = reply.finish();
@@ -341,6 +366,7 @@ impl Queue {
             e.payload[..r.2].copy_from_slice(&scratch[..r.2]);
             r
         };
+        self.busy.fetch_sub(1, Ordering::Relaxed);
         self.served.fetch_add(1, Ordering::Relaxed);
         let header = abi::OutHeader {
             len: (std::mem::size_of::<abi::OutHeader>() + len) as u32,

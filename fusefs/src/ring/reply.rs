@@ -72,10 +72,10 @@ pub fn attr(a: &FileAttr) -> abi::Attr {
     }
 }
 
-fn entry_out(a: &FileAttr, ttl: Duration) -> abi::EntryOut {
+fn entry_out(a: &FileAttr, ttl: Duration, generation: u64) -> abi::EntryOut {
     abi::EntryOut {
         nodeid: a.ino.0,
-        generation: 0,
+        generation,
         entry_valid: ttl.as_secs(),
         attr_valid: ttl.as_secs(),
         entry_valid_nsec: ttl.subsec_nanos(),
@@ -114,8 +114,8 @@ impl<'a> Reply<'a> {
         self.bytes(v.as_bytes())
     }
 
-    pub fn entry(&mut self, a: &FileAttr, ttl: Duration) {
-        self.put(&entry_out(a, ttl));
+    pub fn entry(&mut self, a: &FileAttr, ttl: Duration, generation: u64) {
+        self.put(&entry_out(a, ttl, generation));
     }
 
     pub fn attr(&mut self, a: &FileAttr, ttl: Duration) {
@@ -135,8 +135,15 @@ impl<'a> Reply<'a> {
         });
     }
 
-    pub fn created(&mut self, a: &FileAttr, ttl: Duration, fh: u64, open_flags: u32) {
-        self.entry(a, ttl);
+    pub fn created(
+        &mut self,
+        a: &FileAttr,
+        ttl: Duration,
+        generation: u64,
+        fh: u64,
+        open_flags: u32,
+    ) {
+        self.entry(a, ttl, generation);
         self.opened(fh, open_flags);
     }
 
@@ -200,12 +207,13 @@ impl<'a> Reply<'a> {
     pub fn direntplus(
         &mut self,
         a: &FileAttr,
-        ttl: Duration,
+        (ttl, generation): (Duration, u64),
         off: u64,
         name: &OsStr,
         max: usize,
     ) -> bool {
-        self.dirent_after(Some(entry_out(a, ttl)), a.ino.0, off, a.kind, name, max)
+        let e = entry_out(a, ttl, generation);
+        self.dirent_after(Some(e), a.ino.0, off, a.kind, name, max)
     }
 
     fn dirent_after(
@@ -291,7 +299,7 @@ mod tests {
         };
         let mut buf = vec![0u8; 4096];
         let mut r = Reply::new(&mut buf);
-        r.direntplus(&a, Duration::from_secs(30), 1, OsStr::new("x"), 4096);
+        r.direntplus(&a, (Duration::from_secs(30), 0), 1, OsStr::new("x"), 4096);
         assert_eq!(r.finish(), (0, 128 + 32));
         assert_eq!(attr(&a).mode, libc::S_IFDIR | 0o755);
     }

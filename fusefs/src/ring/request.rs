@@ -47,6 +47,9 @@ fn changes(s: &abi::SetattrIn) -> AttrChanges {
 /// One request taken from the ring.
 #[derive(Debug)]
 pub struct Request<'a> {
+    /// Requests in progress on this request's queue, itself included (set by the
+    /// transport): 1 means the queue's CPU has nothing else to do meanwhile.
+    pub in_progress: usize,
     pub unique: u64,
     pub nodeid: u64,
     pub uid: u32,
@@ -451,6 +454,7 @@ pub fn decode<'a>(headers: &'a RingHeaders, payload: &'a [u8]) -> Result<Request
     })()
     .ok_or(bad)?;
     Ok(Request {
+        in_progress: 1,
         unique: h.unique,
         nodeid: h.nodeid,
         uid: h.uid,

@@ -6,11 +6,12 @@
 //! INTERRUPT stay on `/dev/fuse` (served by the `fuser` session as before).
 //!
 //! `threads` threads per queue, each with its own ring and `depth` entries (a header
-//! buffer and a payload buffer each). Where they run is [`Pinning`]: on the queue's CPU, the client's, so that a
-//! request and its reply wake nobody across CPUs, or elsewhere (ARCHITECTURE.md,
-//! "FUSE over io_uring", has what each costs). Requests are decoded here
-//! ([`request`]) and answered through [`Serve`]; this layer does not depend on what
-//! the filesystem is. Used by the null filesystem (`-o io_uring`).
+//! buffer and a payload buffer each). Where they run is [`Pinning`]: on the queue's
+//! CPU, the client's, so that a request and its reply wake nobody across CPUs, or
+//! elsewhere (ARCHITECTURE.md, "FUSE over io_uring", has what each costs). Requests
+//! are decoded here ([`request`]) and answered through [`Serve`]; this layer does not
+//! depend on what the filesystem is. Used by the Basalt mount and the null filesystem
+//! (`-o io_uring`).
 
 pub mod abi;
 mod reply;

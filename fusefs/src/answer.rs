@@ -360,8 +360,18 @@ impl AnsStatfs for Ring<'_, '_> {
 
 /// A READDIR or READDIRPLUS reply over io_uring, holding the size the kernel asked.
 pub struct RingDir<'r, 'b> {
-    pub reply: Ring<'r, 'b>,
-    pub max: usize,
+    reply: Ring<'r, 'b>,
+    max: usize,
+}
+
+impl<'r, 'b> RingDir<'r, 'b> {
+    /// A listing reply of at most `size` bytes (the READDIR's size).
+    pub fn new(reply: Ring<'r, 'b>, size: u32) -> Self {
+        RingDir {
+            reply,
+            max: size as usize,
+        }
+    }
 }
 
 impl AnsError for RingDir<'_, '_> {

@@ -306,17 +306,7 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
         let server = Arc::new(BasaltFs {
             shared: shared.clone(),
         });
-        let shape = (ring_threads, 1);
-        let ring = start_ring(
-            &handle.mountpoint,
-            &fd,
-            granted,
-            pinning,
-            shape,
-            max_write,
-            server,
-        )?;
-        handle.ring = Some(ring);
+        handle.start_ring(&fd, granted, pinning, (ring_threads, 1), max_write, server)?;
     }
     // After the ring: with io_uring granted, requests wait until its queues are up.
     set_readahead(&handle.mountpoint, readahead_kb);
@@ -389,17 +379,7 @@ pub fn mount_null(cfg: MountConfig) -> Result<MountHandle, FsError> {
     if let Some(pinning) = pinning {
         let granted = core.ring_granted.load(Ordering::Relaxed);
         // Its handlers never block: one thread per queue takes all its requests.
-        let shape = (1, 16);
-        let ring = start_ring(
-            &handle.mountpoint,
-            &fd,
-            granted,
-            pinning,
-            shape,
-            max_write,
-            core,
-        )?;
-        handle.ring = Some(ring);
+        handle.start_ring(&fd, granted, pinning, (1, 16), max_write, core)?;
     }
     // After the ring: with io_uring granted, requests wait until its queues are up.
     set_readahead(&handle.mountpoint, readahead_kb);
@@ -408,43 +388,6 @@ pub fn mount_null(cfg: MountConfig) -> Result<MountHandle, FsError> {
 
 /// Threads per io_uring queue of the Basalt mount (`-o io_uring_threads`).
 pub const DEFAULT_RING_THREADS: usize = 8;
-
-/// Starts the io_uring queues of the mount at `mountpoint` (`-o io_uring`), whose
-/// INIT `granted` FUSE over io_uring or not, with `(threads, entries)` per queue
-/// and thread, placed by `pinning`. Refused with what to do when the kernel did not
-/// grant it.
-fn start_ring(
-    mountpoint: &Path,
-    fd: &OwnedFd,
-    granted: bool,
-    pinning: crate::ring::Pinning,
-    (threads, depth): (usize, usize),
-    max_write: u32,
-    server: Arc<dyn crate::ring::Serve>,
-) -> Result<crate::ring::Ring, FsError> {
-    let refused = |detail: String| FsError::Mount {
-        mountpoint: mountpoint.to_path_buf(),
-        source: std::io::Error::new(std::io::ErrorKind::Unsupported, detail),
-    };
-    if !granted {
-        return Err(refused(match crate::ring::kernel_enabled() {
-            None => "this kernel has no FUSE over io_uring (Linux 6.14+)".into(),
-            Some(false) => "FUSE over io_uring is disabled: \
-                            echo Y > /sys/module/fuse/parameters/enable_uring"
-                .into(),
-            Some(true) => "the kernel did not grant FUSE over io_uring at INIT".into(),
-        }));
-    }
-    let cfg = crate::ring::RingConfig {
-        pinning,
-        threads,
-        depth,
-        // The largest request or reply: max_write, and reads of up to 1 MiB.
-        payload: (max_write as usize).max(1 << 20),
-    };
-    crate::ring::Ring::start(fd, cfg, server)
-        .map_err(|e| refused(format!("starting the io_uring queues: {e}")))
-}
 
 type SessionThread = JoinHandle<std::io::Result<()>>;
 
@@ -583,6 +526,44 @@ impl MountHandle {
     /// Blocks until the filesystem is unmounted from outside (`fusermount3 -u`).
     pub fn wait(&self) {
         self.done.wait()
+    }
+
+    /// Starts the io_uring queues of this mount (`-o io_uring`), whose INIT `granted`
+    /// FUSE over io_uring or not, with `(threads, entries)` per queue and thread,
+    /// placed by `pinning`. Refused with what to do when the kernel did not grant it.
+    fn start_ring(
+        &mut self,
+        fd: &OwnedFd,
+        granted: bool,
+        pinning: crate::ring::Pinning,
+        (threads, depth): (usize, usize),
+        max_write: u32,
+        server: Arc<dyn crate::ring::Serve>,
+    ) -> Result<(), FsError> {
+        let refused = |detail: String| FsError::Mount {
+            mountpoint: self.mountpoint.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::Unsupported, detail),
+        };
+        if !granted {
+            return Err(refused(match crate::ring::kernel_enabled() {
+                None => "this kernel has no FUSE over io_uring (Linux 6.14+)".into(),
+                Some(false) => "FUSE over io_uring is disabled: \
+                                echo Y > /sys/module/fuse/parameters/enable_uring"
+                    .into(),
+                Some(true) => "the kernel did not grant FUSE over io_uring at INIT".into(),
+            }));
+        }
+        let cfg = crate::ring::RingConfig {
+            pinning,
+            threads,
+            depth,
+            // The largest request or reply: max_write, and reads of up to 1 MiB.
+            payload: (max_write as usize).max(1 << 20),
+        };
+        let ring = crate::ring::Ring::start(fd, cfg, server)
+            .map_err(|e| refused(format!("starting the io_uring queues: {e}")))?;
+        self.ring = Some(ring);
+        Ok(())
     }
 
     /// Waits for the io_uring queue threads (the kernel ends them at unmount) and

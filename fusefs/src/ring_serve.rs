@@ -118,24 +118,12 @@ impl ring::Serve for BasaltFs {
                 fh: h,
                 offset,
                 size,
-            } => {
-                let dir = RingDir {
-                    reply,
-                    max: size as usize,
-                };
-                self.do_readdir(w, ino, fh(h), offset, dir)
-            }
+            } => self.do_readdir(w, ino, fh(h), offset, RingDir::new(reply, size)),
             Op::Readdirplus {
                 fh: h,
                 offset,
                 size,
-            } => {
-                let dir = RingDir {
-                    reply,
-                    max: size as usize,
-                };
-                self.do_readdirplus(w, ino, fh(h), offset, dir)
-            }
+            } => self.do_readdirplus(w, ino, fh(h), offset, RingDir::new(reply, size)),
             Op::Releasedir { fh: h, flags } => {
                 self.do_releasedir(w, ino, fh(h), OpenFlags(flags), reply)
             }

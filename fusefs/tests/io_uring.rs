@@ -93,12 +93,7 @@ fn basalt_mount_over_io_uring_serves_files_that_the_engine_and_a_classic_mount_r
         let stats = std::fs::read_to_string(mp.join(".basalt/stats.json")).unwrap();
         assert!(stats.contains("\"requests\""), "{stats}");
         let log = m.stop_with_stderr();
-        let served: u64 = log
-            .lines()
-            .find_map(|l| l.strip_suffix(" requests served over io_uring"))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no io_uring count in {log:?}"));
+        let served = common::ring_served(&log);
         assert!(
             served > 50,
             "{pinning}: only {served} requests over the ring\n{log}"

@@ -229,12 +229,7 @@ fn null_mount_over_io_uring_answers_every_request_on_the_ring() {
         let opt = format!("io_uring={pinning}");
         let log = exercise(&mp, &["-o", &opt]);
         let by_op = null_counts(&log);
-        let served: u64 = log
-            .lines()
-            .find_map(|l| l.strip_suffix(" requests served over io_uring"))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no io_uring count in {log:?}"));
+        let served = common::ring_served(&log);
         // Opcodes neither front end serves (FUSE_STATX: the kernel then uses GETATTR)
         // are answered ENOSYS, and counted by no operation.
         let declined = log.matches("answered ENOSYS").count() as u64;

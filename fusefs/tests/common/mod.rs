@@ -256,3 +256,13 @@ impl Drop for UringSwitch {
         let _ = std::fs::write(ENABLE_URING, &self.0);
     }
 }
+
+/// The count a mount's daemon prints at unmount after serving over io_uring
+/// (`N requests served over io_uring`).
+pub fn ring_served(log: &str) -> u64 {
+    log.lines()
+        .find_map(|l| l.strip_suffix(" requests served over io_uring"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no io_uring count in {log:?}"))
+}

@@ -12,6 +12,11 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request,
 };
 
+use basalt_engine::Db;
+use std::sync::mpsc::{sync_channel, SyncSender};
+
+use crate::fs::ReadPlan;
+use crate::read_pool::ReadPool;
 use crate::ring;
 
 /// Who made a request.
@@ -92,9 +97,42 @@ pub trait AnsWrite: AnsError {
 
 pub trait AnsData: AnsError {
     fn data(self, data: &[u8]);
-    /// The `fuser` reply, which the read pool can answer from its threads; an
-    /// io_uring reply must be answered on its queue's thread, so it comes back.
-    fn pooled(self) -> Result<ReplyData, Self>;
+}
+
+/// A READ's reply: besides answering with bytes, it decides where the device read
+/// behind it runs.
+pub trait AnsRead: AnsData {
+    /// Reads `plan` (which needs the device) and answers: on the read pool, or on
+    /// this thread.
+    fn read_device(self, plan: ReadPlan, db: &Db, pool: &ReadPool<(ReadPlan, Pooled)>);
+}
+
+/// A read's reply as the read pool holds it.
+pub enum Pooled {
+    /// A `/dev/fuse` reply, sent from the pool's thread.
+    Fuser(ReplyData),
+    /// An io_uring queue thread waiting for the bytes: an entry is answered on the
+    /// thread that owns its ring.
+    Waiting(SyncSender<Result<Vec<u8>, Errno>>),
+}
+
+impl AnsError for Pooled {
+    fn error(self, e: Errno) {
+        match self {
+            Pooled::Fuser(r) => r.error(e),
+            // The waiter is gone only if its thread died; nobody is left to answer.
+            Pooled::Waiting(tx) => drop(tx.send(Err(e))),
+        }
+    }
+}
+
+impl AnsData for Pooled {
+    fn data(self, data: &[u8]) {
+        match self {
+            Pooled::Fuser(r) => r.data(data),
+            Pooled::Waiting(tx) => drop(tx.send(Ok(data.to_vec()))),
+        }
+    }
 }
 
 pub trait AnsXattr: AnsError {
@@ -209,8 +247,11 @@ impl AnsData for ReplyData {
     fn data(self, data: &[u8]) {
         ReplyData::data(self, data)
     }
-    fn pooled(self) -> Result<ReplyData, Self> {
-        Ok(self)
+}
+
+impl AnsRead for ReplyData {
+    fn read_device(self, plan: ReadPlan, _: &Db, pool: &ReadPool<(ReadPlan, Pooled)>) {
+        pool.run((plan, Pooled::Fuser(self)))
     }
 }
 
@@ -324,8 +365,45 @@ impl AnsData for Ring<'_, '_> {
             ring::Reply::error(self, libc::EIO);
         }
     }
-    fn pooled(self) -> Result<ReplyData, Self> {
-        Err(self)
+}
+
+/// An io_uring READ. Alone on its queue, its device read runs on the queue's thread
+/// (a hand-off would only add wake-ups); with other requests in progress there
+/// (`deep`), it goes to the read pool, whose threads may run on another CPU and batch
+/// it with other reads, while the queue's thread waits to answer its entry.
+pub struct RingRead<'r, 'b> {
+    pub reply: Ring<'r, 'b>,
+    pub deep: bool,
+}
+
+impl AnsError for RingRead<'_, '_> {
+    fn error(self, e: Errno) {
+        AnsError::error(self.reply, e)
+    }
+}
+
+impl AnsData for RingRead<'_, '_> {
+    fn data(self, data: &[u8]) {
+        AnsData::data(self.reply, data)
+    }
+}
+
+impl AnsRead for RingRead<'_, '_> {
+    fn read_device(self, plan: ReadPlan, db: &Db, pool: &ReadPool<(ReadPlan, Pooled)>) {
+        if !self.deep {
+            return ReadPlan::execute_each(vec![(plan, self.reply)], db, crate::fuse::reply_read);
+        }
+        let (tx, rx) = sync_channel(1);
+        pool.run((plan, Pooled::Waiting(tx)));
+        match rx.recv() {
+            Ok(Ok(data)) => {
+                AnsData::data(self.reply, &data);
+                crate::fs::recycle_read_buffer(data);
+            }
+            Ok(Err(e)) => AnsError::error(self.reply, e),
+            // The pool dropped the read without answering (it is shutting down).
+            Err(_) => AnsError::error(self.reply, Errno::EIO),
+        }
     }
 }
 

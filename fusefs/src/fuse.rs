@@ -17,8 +17,8 @@ use fuser::{
 };
 
 use crate::answer::{
-    AnsAttr, AnsCreate, AnsData, AnsDir, AnsDirPlus, AnsEmpty, AnsEntry, AnsOpen, AnsStatfs,
-    AnsWrite, AnsXattr, Who,
+    AnsAttr, AnsCreate, AnsData, AnsDir, AnsDirPlus, AnsEmpty, AnsEntry, AnsOpen, AnsRead,
+    AnsStatfs, AnsWrite, AnsXattr, Pooled, Who,
 };
 use crate::external::{External, Forget};
 use crate::fs::{Caller, NewNode, ReadPlan};
@@ -84,7 +84,7 @@ pub struct Shared {
     /// Set once the session ended (unmounted from inside or outside).
     pub done: Arc<Done>,
     /// Engine reads in flight off the FUSE workers.
-    reads: ReadPool<(ReadPlan, ReplyData)>,
+    reads: ReadPool<(ReadPlan, Pooled)>,
     /// FUSE requests received, by operation.
     pub requests: Requests,
     /// The kernel granted `FUSE_HANDLE_KILLPRIV_V2`: this filesystem clears set-ID bits
@@ -124,7 +124,7 @@ impl Shared {
                 ReadPool::new(
                     opts.read_threads,
                     opts.workers > 1,
-                    move |batch: Vec<(ReadPlan, ReplyData)>, done: &Finished<'_>| {
+                    move |batch: Vec<(ReadPlan, Pooled)>, done: &Finished<'_>| {
                         // Reads here sleep for their completions: a spinning reader
                         // takes the core the FUSE workers and the application need
                         // (fio randread 4k qd16: 12-17% slower with polling; qd1 only
@@ -712,6 +712,7 @@ impl BasaltFs {
                         "readdirplus": self.shared.opts.readdirplus,
                         "max_write": self.shared.opts.max_write,
                         "requests": self.shared.requests.to_json(),
+                        "read_pool": self.shared.reads.to_json(),
                     }
                 })
             }
@@ -897,7 +898,7 @@ impl BasaltFs {
 }
 
 /// Answers READ with a read's bytes or its error.
-fn reply_read(reply: impl AnsData, r: Result<&[u8], Errno>) {
+pub(crate) fn reply_read(reply: impl AnsData, r: Result<&[u8], Errno>) {
     match r {
         Ok(d) => reply.data(d),
         Err(e) => reply.error(ferr(e)),
@@ -1151,7 +1152,7 @@ impl BasaltFs {
         size: u32,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
-        reply: impl AnsData,
+        reply: impl AnsRead,
     ) {
         self.shared.requests.count(Op::Read);
         if let Some(Handle::Virtual { data }) = self.shared.handles().get(&fh.0) {
@@ -1169,11 +1170,7 @@ impl BasaltFs {
             Ok((p, db)) if p.in_memory() => {
                 ReadPlan::execute_each(vec![(p, reply)], &db, reply_read)
             }
-            // An io_uring reply is answered on its queue's thread, so read here.
-            Ok((p, db)) => match reply.pooled() {
-                Ok(reply) => self.shared.reads.run((p, reply)),
-                Err(reply) => ReadPlan::execute_each(vec![(p, reply)], &db, reply_read),
-            },
+            Ok((p, db)) => reply.read_device(p, &db, &self.shared.reads),
         }
     }
 

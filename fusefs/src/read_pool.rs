@@ -18,7 +18,7 @@
 //! it marks the read [`Finished::one`]: a reply wakes the reader, whose next read must
 //! find nothing in flight to be served inline.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -69,6 +69,9 @@ impl<J> Stages<J> {
 pub struct ReadPool<J: Send + 'static> {
     /// A lone read may be served on the calling thread.
     inline: bool,
+    /// Jobs handed to [`ReadPool::run`], and how many of them went to a pool thread.
+    handed: AtomicU64,
+    queued: AtomicU64,
     tx: Mutex<Option<Sender<J>>>,
     stages: Arc<Stages<J>>,
     threads: Vec<JoinHandle<()>>,
@@ -100,6 +103,8 @@ impl<J: Send + 'static> ReadPool<J> {
             .collect();
         ReadPool {
             inline,
+            handed: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
             tx: Mutex::new(Some(tx)),
             stages,
             threads,
@@ -109,9 +114,11 @@ impl<J: Send + 'static> ReadPool<J> {
     /// Handles `job` here when inline handling is on and no other job is in flight,
     /// else queues it.
     pub fn run(&self, job: J) {
+        self.handed.fetch_add(1, Ordering::Relaxed);
         if self.stages.in_flight.fetch_add(1, Ordering::AcqRel) == 0 && self.inline {
             return self.stages.handle(vec![job]);
         }
+        self.queued.fetch_add(1, Ordering::Relaxed);
         let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         let rejected = match tx.as_ref() {
             Some(tx) => tx.send(job).err().map(|e| e.0),
@@ -121,6 +128,15 @@ impl<J: Send + 'static> ReadPool<J> {
         if let Some(job) = rejected {
             self.stages.handle(vec![job]);
         }
+    }
+
+    /// `{"reads": jobs handed to the pool, "queued": of which a pool thread served}`
+    /// (the rest ran on the thread that handed them), for `/.basalt/stats.json`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "reads": self.handed.load(Ordering::Relaxed),
+            "queued": self.queued.load(Ordering::Relaxed),
+        })
     }
 
     /// Jobs being worked on or queued right now.
@@ -193,6 +209,7 @@ mod tests {
         pool.run((7, Arc::new(Barrier::new(1))));
         assert_eq!(rx.recv().unwrap(), (7, std::thread::current().id(), 1));
         assert_eq!(pool.in_flight(), 0);
+        assert_eq!(pool.to_json(), serde_json::json!({"reads": 1, "queued": 0}));
     }
 
     #[test]
@@ -203,6 +220,7 @@ mod tests {
         let (n, thread, batch) = rx.recv().unwrap();
         assert_eq!((n, batch), (7, 1));
         assert_ne!(thread, std::thread::current().id(), "handled on the caller");
+        assert_eq!(pool.to_json(), serde_json::json!({"reads": 1, "queued": 1}));
         drop(pool);
     }
 

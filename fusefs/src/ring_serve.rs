@@ -1,13 +1,14 @@
 //! The Basalt mount over io_uring (`-o io_uring`): each request taken from the ring
 //! goes to the same handler (`BasaltFs::do_*`) as its `/dev/fuse` twin, which answers
-//! into the ring entry through `crate::answer`. Reads that the `/dev/fuse` path hands
-//! to the read pool are done on the queue's thread (an entry is answered there).
+//! into the ring entry through `crate::answer`. An entry is answered on its queue's
+//! thread: a read alone on its queue is done there, one among others goes to the read
+//! pool while the thread waits for its bytes (`answer::RingRead`).
 
 use std::path::Path;
 
 use fuser::{AccessFlags, FileHandle, INodeNo, LockOwner, OpenFlags, RenameFlags, WriteFlags};
 
-use crate::answer::{RingDir, Who};
+use crate::answer::{RingDir, RingRead, Who};
 use crate::fuse::BasaltFs;
 use crate::ring::{self, Op};
 
@@ -68,7 +69,10 @@ impl ring::Serve for BasaltFs {
                 size,
                 OpenFlags(flags),
                 owner(lock_owner),
-                reply,
+                RingRead {
+                    reply,
+                    deep: req.in_progress > 1,
+                },
             ),
             Op::Write {
                 fh: h,

@@ -864,16 +864,10 @@ fn unlinked_files_leave_no_records() {
     assert_eq!(left.len(), baseline, "records left: {left:?}");
 }
 
-/// The mount's `/.basalt/stats.json`.
-fn stats(mp: &Path) -> serde_json::Value {
-    let stats = std::fs::read_to_string(mp.join(".basalt/stats.json")).unwrap();
-    serde_json::from_str(&stats).unwrap()
-}
-
 /// Engine bytes written (`user_bytes_written`) and the mount's chunk counters: chunks
 /// read back, written whole, pages written as patches.
 fn write_counters(mp: &Path) -> [u64; 4] {
-    let v = stats(mp);
+    let v = common::stats(mp);
     let c = &v["filesystem"]["chunks"];
     let n = |x: &serde_json::Value| x.as_u64().unwrap();
     [
@@ -996,7 +990,7 @@ fn synced_small_writes_commit_their_pages_not_their_chunks() {
         [0, 0, 8],
         "chunks read back, written whole, pages patched"
     );
-    let patched = &stats(&mp)["filesystem"]["chunks"];
+    let patched = &common::stats(&mp)["filesystem"]["chunks"];
     assert_eq!(
         (
             patched["patched_chunks"].as_u64(),

@@ -259,6 +259,12 @@ impl Drop for UringSwitch {
 
 /// The count a mount's daemon prints at unmount after serving over io_uring
 /// (`N requests served over io_uring`).
+/// The mount's `/.basalt/stats.json`.
+pub fn stats(mp: &Path) -> serde_json::Value {
+    let stats = std::fs::read_to_string(mp.join(".basalt/stats.json")).unwrap();
+    serde_json::from_str(&stats).unwrap()
+}
+
 pub fn ring_served(log: &str) -> u64 {
     log.lines()
         .find_map(|l| l.strip_suffix(" requests served over io_uring"))

@@ -5,6 +5,7 @@
 mod acl;
 mod answer;
 mod collections;
+mod connection;
 mod document;
 mod error;
 mod external;
@@ -23,6 +24,7 @@ mod ring_serve;
 mod state;
 mod views;
 
+pub use connection::abort_mount as abort_connection;
 pub use document::{write_document, DocumentReader, DEFAULT_CHUNK_SIZE};
 pub use error::FsError;
 pub use mount::{

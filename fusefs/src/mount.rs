@@ -560,7 +560,18 @@ impl MountHandle {
             // The largest request or reply: max_write, and reads of up to 1 MiB.
             payload: (max_write as usize).max(1 << 20),
         };
-        let ring = crate::ring::Ring::start(fd, cfg, server)
+        // Found now: once a queue fails, a look at the mount could wait for ever.
+        let conn = crate::connection::of_mount(&self.mountpoint);
+        let on_failure = Arc::new(move |e: &str| {
+            eprintln!(
+                "basalt-fusefs: {e}; aborting the FUSE connection so that no request waits \
+                 for an answer that cannot come"
+            );
+            if let Err(why) = conn.clone().and_then(crate::connection::abort) {
+                eprintln!("basalt-fusefs: cannot abort the FUSE connection: {why}");
+            }
+        });
+        let ring = crate::ring::Ring::start(fd, cfg, server, on_failure)
             .map_err(|e| refused(format!("starting the io_uring queues: {e}")))?;
         self.ring = Some(ring);
         Ok(())

@@ -206,3 +206,48 @@ fn nix_pread(f: &mut std::fs::File, buf: &mut [u8], off: u64) -> usize {
     use std::os::unix::fs::FileExt;
     f.read_at(buf, off).unwrap()
 }
+
+/// A queue thread that stops with an error (here injected before it commits an
+/// answer) aborts the FUSE connection: the request it held and every later one fail
+/// at once instead of waiting for ever, and the mount still unmounts.
+#[test]
+fn a_failed_io_uring_queue_aborts_the_connection_instead_of_leaving_requests_waiting() {
+    require_fuse!();
+    require_io_uring!();
+    let _on = common::UringSwitch::set(true);
+    let tmp = tempfile::tempdir().unwrap();
+    let mp = tmp.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let mut cfg = common::mount_config(&mp);
+    cfg.options = vec!["io_uring".into()];
+    let h = basalt_fusefs::mount_null(cfg).unwrap();
+    std::fs::create_dir(mp.join("c")).unwrap();
+    basalt_fusefs::ring::fail_queue_after(1);
+    let probe = mp.join("c/x");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = std::fs::metadata(&probe).map(|_| ());
+        let _ = tx.send(r.map_err(|e| e.raw_os_error()));
+    });
+    let Ok(r) = rx.recv_timeout(std::time::Duration::from_secs(60)) else {
+        // Fail, not hang: the waiting thread would keep this process from exiting.
+        let _ = basalt_fusefs::abort_connection(&mp);
+        panic!("the request still waits 60 s after its queue failed");
+    };
+    assert!(
+        matches!(r, Err(Some(libc::ECONNABORTED | libc::ENOTCONN))),
+        "the held request: {r:?}"
+    );
+    let later = std::fs::metadata(mp.join("c")).unwrap_err();
+    assert_eq!(
+        later.raw_os_error(),
+        Some(libc::ENOTCONN),
+        "a later request"
+    );
+    drop(h);
+    assert!(
+        !common::is_mounted(&mp),
+        "still mounted after the handle's drop"
+    );
+    println!("held request: {r:?}; later: {later}");
+}

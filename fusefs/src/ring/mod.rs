@@ -29,7 +29,29 @@ use zerocopy::{FromZeros, IntoBytes};
 pub use reply::{attr, Reply};
 pub use request::{decode, Malformed, Op, Request};
 
+/// What a queue thread that stopped with an error calls, with the error: no request
+/// that reaches its entries will be answered any more.
+pub type OnFailure = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Test hook: the queue thread answering the `n`-th request from now fails before
+/// committing its answer, as if the kernel had refused the command (0: off).
+static FAIL_AFTER: AtomicU64 = AtomicU64::new(0);
+
+/// Makes the queue thread that answers the `requests`-th next request (of any ring in
+/// this process) stop with an error instead of committing it. For tests.
+#[doc(hidden)]
+pub fn fail_queue_after(requests: u64) {
+    FAIL_AFTER.store(requests, Ordering::SeqCst);
+}
+
+fn injected_failure() -> bool {
+    FAIL_AFTER
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok_and(|n| n == 1)
+}
+
 /// Serves requests taken from the ring, one call per request on the queue's thread.
+/// A call that panics is answered `EIO`; the queue goes on.
 pub trait Serve: Send + Sync + 'static {
     fn serve(&self, req: &Request<'_>, reply: &mut Reply<'_>);
 }
@@ -103,8 +125,14 @@ pub struct Ring {
 impl Ring {
     /// Registers `cfg.depth` entries on every queue of the FUSE connection behind
     /// `fd` (a `/dev/fuse` file whose INIT granted `FUSE_OVER_IO_URING`) and serves
-    /// them with `server` until the connection ends.
-    pub fn start(fd: &impl AsFd, cfg: RingConfig, server: Arc<dyn Serve>) -> std::io::Result<Ring> {
+    /// them with `server` until the connection ends. A queue thread that stops with
+    /// an error records it and calls `on_failure`.
+    pub fn start(
+        fd: &impl AsFd,
+        cfg: RingConfig,
+        server: Arc<dyn Serve>,
+        on_failure: OnFailure,
+    ) -> std::io::Result<Ring> {
         let fd = Arc::new(fd.as_fd().try_clone_to_owned()?);
         let served = Arc::new(AtomicU64::new(0));
         let error = Arc::new(Mutex::new(None));
@@ -127,6 +155,7 @@ impl Ring {
                 served: served.clone(),
                 error: error.clone(),
             };
+            let on_failure = on_failure.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("basalt-ring-{q}.{}", threads.len() % per_queue))
@@ -135,6 +164,7 @@ impl Ring {
                             pin_to(cpu);
                         }
                         if let Err(e) = queue.run() {
+                            on_failure(&e);
                             queue
                                 .error
                                 .lock()
@@ -324,6 +354,12 @@ impl Queue {
                     };
                 }
                 let commit_id = self.answer(&mut entries[i], &mut scratch);
+                if injected_failure() {
+                    return Err(format!(
+                        "FUSE io_uring queue {}: failure injected by a test",
+                        self.qid
+                    ));
+                }
                 let e = opcode::UringCmd80::new(fd, abi::CMD_COMMIT_AND_FETCH)
                     .cmd(abi::CmdReq::bytes(self.qid, commit_id))
                     .build()
@@ -346,9 +382,7 @@ impl Queue {
             match decode(&e.headers, &[]) {
                 Ok(mut req) => {
                     req.in_progress = in_progress;
-                    let mut reply = Reply::new(&mut e.payload);
-                    self.server.serve(&req, &mut reply);
-                    let (errno, len) = reply.finish();
+                    let (errno, len) = self.serve(&req, &mut e.payload);
                     (req.unique, errno, len)
                 }
                 Err(m) => (m.unique, self.malformed(m), 0),
@@ -357,9 +391,7 @@ impl Queue {
             let r = match decode(&e.headers, &e.payload[..payload_len]) {
                 Ok(mut req) => {
                     req.in_progress = in_progress;
-                    let mut reply = Reply::new(scratch);
-                    self.server.serve(&req, &mut reply);
-                    let (errno, len) = reply.finish();
+                    let (errno, len) = self.serve(&req, scratch);
                     (req.unique, errno, len)
                 }
                 Err(m) => (m.unique, self.malformed(m), 0),
@@ -380,11 +412,117 @@ impl Queue {
         ent.commit_id
     }
 
+    /// Serves `req`, answering into `buf`: `(errno, reply length)`. A server that
+    /// panics gets its request answered `EIO` (its reply may be half written), and
+    /// the queue goes on: unwinding would free buffers the kernel writes into.
+    fn serve(&self, req: &Request<'_>, buf: &mut [u8]) -> (i32, usize) {
+        let mut reply = Reply::new(buf);
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.server.serve(req, &mut reply)
+        }));
+        match served {
+            Ok(()) => reply.finish(),
+            Err(_) => {
+                eprintln!(
+                    "basalt-fusefs: the handler of FUSE request {} ({}, node {}) panicked: \
+                     answered EIO",
+                    req.unique,
+                    req.op.name(),
+                    req.nodeid
+                );
+                (libc::EIO, 0)
+            }
+        }
+    }
+
     fn malformed(&self, m: Malformed) -> i32 {
         eprintln!(
             "basalt-fusefs: malformed FUSE request over io_uring (opcode {}, id {}): answered EIO",
             m.opcode, m.unique
         );
         libc::EIO
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Answers GETATTR by panicking, anything else with an empty reply.
+    struct Panicky;
+    impl Serve for Panicky {
+        fn serve(&self, req: &Request<'_>, _: &mut Reply<'_>) {
+            if matches!(req.op, Op::Getattr { .. }) {
+                panic!("a handler bug");
+            }
+        }
+    }
+
+    fn entry(opcode: u32, unique: u64) -> Entry {
+        let mut headers = Box::new(abi::RingHeaders::new_zeroed());
+        let ih = abi::InHeader {
+            len: 0,
+            opcode,
+            unique,
+            nodeid: 1,
+            uid: 0,
+            gid: 0,
+            pid: 1,
+            total_extlen: 0,
+            padding: 0,
+        };
+        headers.in_out[..ih.as_bytes().len()].copy_from_slice(ih.as_bytes());
+        headers.ent.commit_id = unique + 100;
+        Entry {
+            headers,
+            payload: vec![0; 4096],
+            iov: Box::new(
+                [libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                }; 2],
+            ),
+        }
+    }
+
+    fn out_header(e: &Entry) -> abi::OutHeader {
+        let n = std::mem::size_of::<abi::OutHeader>();
+        zerocopy::FromBytes::read_from_bytes(&e.headers.in_out[..n]).unwrap()
+    }
+
+    #[test]
+    fn a_panicking_handler_gets_its_request_answered_eio_and_the_queue_goes_on() {
+        let q = Queue {
+            fd: Arc::new(std::fs::File::open("/dev/null").unwrap().into()),
+            qid: 0,
+            cfg: RingConfig {
+                pinning: Pinning::Unpinned,
+                threads: 1,
+                depth: 1,
+                payload: 4096,
+            },
+            server: Arc::new(Panicky),
+            busy: Arc::default(),
+            served: Arc::default(),
+            error: Arc::default(),
+        };
+        let mut scratch = vec![0u8; 4096];
+        let mut e = entry(abi::opcode::GETATTR, 5);
+        assert_eq!(q.answer(&mut e, &mut scratch), 105, "commit id");
+        let h = out_header(&e);
+        assert_eq!((h.unique, h.error), (5, -libc::EIO));
+        assert_eq!(q.busy.load(Ordering::Relaxed), 0, "no longer in progress");
+        // The next request on the same queue is served as usual.
+        let mut e = entry(abi::opcode::STATFS, 6);
+        q.answer(&mut e, &mut scratch);
+        assert_eq!((out_header(&e).unique, out_header(&e).error), (6, 0));
+        assert_eq!(q.served.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn the_failure_hook_fires_once_on_the_nth_request() {
+        fail_queue_after(3);
+        let fired: Vec<bool> = (0..5).map(|_| injected_failure()).collect();
+        assert_eq!(fired, [false, false, true, false, false]);
     }
 }

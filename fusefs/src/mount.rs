@@ -562,14 +562,19 @@ impl MountHandle {
         };
         // Found now: once a queue fails, a look at the mount could wait for ever.
         let conn = crate::connection::of_mount(&self.mountpoint);
+        let once = std::sync::Once::new();
         let on_failure = Arc::new(move |e: &str| {
-            eprintln!(
-                "basalt-fusefs: {e}; aborting the FUSE connection so that no request waits \
-                 for an answer that cannot come"
-            );
-            if let Err(why) = conn.clone().and_then(crate::connection::abort) {
-                eprintln!("basalt-fusefs: cannot abort the FUSE connection: {why}");
-            }
+            eprintln!("basalt-fusefs: {e}");
+            // Once: after the abort, the other queues end too.
+            once.call_once(|| {
+                eprintln!(
+                    "basalt-fusefs: aborting the FUSE connection so that no request waits \
+                     for an answer that cannot come"
+                );
+                if let Err(why) = conn.clone().and_then(crate::connection::abort) {
+                    eprintln!("basalt-fusefs: cannot abort the FUSE connection: {why}");
+                }
+            });
         });
         let ring = crate::ring::Ring::start(fd, cfg, server, on_failure)
             .map_err(|e| refused(format!("starting the io_uring queues: {e}")))?;

@@ -239,32 +239,44 @@ macro_rules! require_io_uring {
 /// The kernel's FUSE-over-io_uring switch (Linux 6.14+).
 pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
+/// Tests of one binary that set the switch take turns: one test's restore must not
+/// turn it off under another's mount.
+static SWITCH_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Sets the kernel's FUSE-over-io_uring switch, and puts back what it was when
-/// dropped (it is global, and CI machines are shared).
-pub struct UringSwitch(String);
+/// dropped (it is global, and CI machines are shared). Held for a whole test: other
+/// tests of the binary that set it wait meanwhile.
+pub struct UringSwitch {
+    was: String,
+    _turn: std::sync::MutexGuard<'static, ()>,
+}
 
 impl UringSwitch {
     pub fn set(on: bool) -> UringSwitch {
+        let turn = SWITCH_TURN.lock().unwrap_or_else(|e| e.into_inner());
         let was = std::fs::read_to_string(ENABLE_URING).unwrap();
         std::fs::write(ENABLE_URING, if on { "Y" } else { "N" }).unwrap();
-        UringSwitch(was.trim().to_string())
+        UringSwitch {
+            was: was.trim().to_string(),
+            _turn: turn,
+        }
     }
 }
 
 impl Drop for UringSwitch {
     fn drop(&mut self) {
-        let _ = std::fs::write(ENABLE_URING, &self.0);
+        let _ = std::fs::write(ENABLE_URING, &self.was);
     }
 }
 
-/// The count a mount's daemon prints at unmount after serving over io_uring
-/// (`N requests served over io_uring`).
 /// The mount's `/.basalt/stats.json`.
 pub fn stats(mp: &Path) -> serde_json::Value {
     let stats = std::fs::read_to_string(mp.join(".basalt/stats.json")).unwrap();
     serde_json::from_str(&stats).unwrap()
 }
 
+/// The count a mount's daemon prints at unmount after serving over io_uring
+/// (`N requests served over io_uring`).
 pub fn ring_served(log: &str) -> u64 {
     log.lines()
         .find_map(|l| l.strip_suffix(" requests served over io_uring"))

@@ -74,8 +74,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.basalt_state import (
-    active_scheduler, boost_state, compare_state, effective_systemd_setting, parse_chrony_tracking,
-    parse_mountinfo, smt_state, sysctl_path, tsc_unstable_lines, BOOST_PATHS)
+    active_scheduler, boost_state, compare_state, effective_systemd_setting, fuse_uring_state,
+    parse_chrony_tracking, parse_mountinfo, smt_state, sysctl_path, tsc_unstable_lines, BOOST_PATHS,
+    FUSE_URING_PATH)
 
 
 def read(path):
@@ -153,6 +154,9 @@ def main():
     live["smt_control"] = control.strip() if control is not None else None
     live["smt"] = smt_state(control, read("/sys/devices/system/cpu/smt/active"))
     live["smt_writable"] = live["smt"] is not None and writable("/sys/devices/system/cpu/smt/control")
+
+    live["fuse_io_uring"] = fuse_uring_state(read(FUSE_URING_PATH))
+    live["fuse_io_uring_writable"] = live["fuse_io_uring"] is not None and writable(FUSE_URING_PATH)
 
     schedulers = {}
     sched_writable = {}

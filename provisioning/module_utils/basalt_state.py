@@ -15,6 +15,8 @@ TSC_UNSTABLE_RE = re.compile(r"(?:clocksource|tsc):.*(?:Marking TSC unstable|TSC
                              r"|Marking clocksource 'tsc' as unstable"
                              r"|TSC found unstable after boot", re.IGNORECASE)
 BOOST_PATHS = ("/sys/devices/system/cpu/cpufreq/boost", "/sys/devices/system/cpu/intel_pstate/no_turbo")
+# The fuse module's switch for FUSE over io_uring (Linux 6.14+; Y or N).
+FUSE_URING_PATH = "/sys/module/fuse/parameters/enable_uring"
 
 
 def parse_cmdline(text):
@@ -91,6 +93,14 @@ def smt_state(control_text=None, active_text=None):
     if active_text is not None and active_text.strip() == "0":
         return "off"
     return "on"
+
+
+def fuse_uring_state(text=None):
+    """FUSE over io_uring from the fuse module's enable_uring parameter: `on`, `off`, or None
+    when the file is absent (a kernel before 6.14, or fuse not loaded)."""
+    if text is None or text.strip() == "":
+        return None
+    return "on" if text.strip() in ("Y", "1") else "off"
 
 
 def _unescape_mount_field(field):
@@ -248,6 +258,14 @@ def compare_state(live, wanted):
                          % (live.get("smt_control") or "absent"))
         elif live["smt"] != wanted["smt"]:
             _mismatch(live, live.get("smt_writable"), drift, notes, "SMT is %s, wanted %s" % (live["smt"], wanted["smt"]))
+
+    if wanted.get("fuse_io_uring"):
+        if live.get("fuse_io_uring") is None:
+            notes.append("no %s (FUSE over io_uring needs Linux 6.14+): persisted for a later kernel"
+                         % FUSE_URING_PATH)
+        elif live["fuse_io_uring"] != wanted["fuse_io_uring"]:
+            _mismatch(live, live.get("fuse_io_uring_writable"), drift, notes,
+                      "FUSE over io_uring is %s, wanted %s" % (live["fuse_io_uring"], wanted["fuse_io_uring"]))
 
     if wanted.get("scheduler"):
         if not live.get("schedulers"):

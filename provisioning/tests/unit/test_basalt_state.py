@@ -102,6 +102,7 @@ def _live(**over):
         "kernel_log": fixture("dmesg-tsc-stable.txt"), "tsc_unstable_lines": [],
         "boost": "off", "boost_source": bs.BOOST_PATHS[0], "boost_writable": True,
         "smt": "off", "smt_control": "off", "smt_writable": True,
+        "fuse_io_uring": "on", "fuse_io_uring_writable": True,
         "schedulers": {"nvme0n1": "none", "nvme1n1": "none"}, "schedulers_writable": {"nvme0n1": True, "nvme1n1": True},
         "sysctls": {"kernel.perf_event_paranoid": "-1", "kernel.sysrq": "1"},
         "sysctls_writable": {"kernel.perf_event_paranoid": True, "kernel.sysrq": True},
@@ -116,6 +117,7 @@ def _live(**over):
 
 WANTED = {
     "cmdline": WANTED_CMDLINE, "clocksource": "tsc", "tsc_stable": True, "boost": "off", "smt": "off",
+    "fuse_io_uring": "on",
     "scheduler": "none", "sysctls": {"kernel.perf_event_paranoid": "-1", "kernel.sysrq": "1"},
     "mounts": [{"path": "/srv/basalt", "fstype": "xfs", "source": "/dev/disk/by-id/nvme-X", "source_resolved": "/dev/nvme1n1",
                 "options": ["noatime", "nodiratime", "discard"]}],
@@ -131,7 +133,7 @@ def test_compare_drifted_box_names_every_knob():
     live = _live(
         cmdline=fixture("cmdline-ser5-untuned.txt"), clocksource="hpet",
         tsc_unstable_lines=bs.tsc_unstable_lines(fixture("dmesg-tsc-unstable.txt")),
-        boost="on", smt="on", schedulers={"nvme0n1": "none", "nvme1n1": "mq-deadline"},
+        boost="on", smt="on", fuse_io_uring="off", schedulers={"nvme0n1": "none", "nvme1n1": "mq-deadline"},
         sysctls={"kernel.perf_event_paranoid": "4", "kernel.sysrq": "1"},
         mounts=bs.parse_mountinfo(fixture("mountinfo-nodiscard.txt")),
         chrony=bs.parse_chrony_tracking(fixture("chronyc-tracking-unsynced.csv")),
@@ -146,6 +148,7 @@ def test_compare_drifted_box_names_every_knob():
         "kernel log says the TSC is unstable",
         "turbo/boost is on, wanted off",
         "SMT is on, wanted off",
+        "FUSE over io_uring is off, wanted on",
         "IO scheduler of nvme1n1 is mq-deadline, wanted none",
         "sysctl kernel.perf_event_paranoid = 4, wanted -1",
         "/srv/basalt mount lacks options noatime,nodiratime,discard",
@@ -155,7 +158,7 @@ def test_compare_drifted_box_names_every_knob():
     ]:
         assert expected in text, expected
     assert "nvme0n1" not in text
-    assert len(drift) == 11
+    assert len(drift) == 12
 
 
 def test_compare_unmounted_and_wrong_source():
@@ -169,6 +172,7 @@ def test_compare_unmounted_and_wrong_source():
 
 def test_compare_missing_knobs_are_notes_not_drift():
     live = _live(boost=None, boost_source=None, smt=None, smt_control="notsupported", schedulers={},
+                 fuse_io_uring=None, fuse_io_uring_writable=False,
                  kernel_log=None, kernel_log_error="dmesg: read kernel buffer failed: Operation not permitted",
                  sysctls={"kernel.perf_event_paranoid": "-1", "kernel.sysrq": None})
     drift, notes = bs.compare_state(live, WANTED)
@@ -177,22 +181,30 @@ def test_compare_missing_knobs_are_notes_not_drift():
     assert "no boost/turbo control" in joined
     assert "no SMT control (/sys/devices/system/cpu/smt/control is notsupported)" in joined
     assert "no block device matches" in joined
+    assert "no /sys/module/fuse/parameters/enable_uring (FUSE over io_uring needs Linux 6.14+)" in joined
     assert "kernel log not readable here (dmesg: read kernel buffer failed" in joined
     assert "sysctl kernel.sysrq does not exist in this kernel" in joined
 
 
 def test_compare_container_read_only_values_are_notes_but_writable_ones_drift():
     live = _live(container="systemd-nspawn", cmdline=fixture("cmdline-firecracker-vm.txt"),
+                 fuse_io_uring="off", fuse_io_uring_writable=False,
                  sysctls={"kernel.perf_event_paranoid": "2", "kernel.sysrq": "0"},
                  sysctls_writable={"kernel.perf_event_paranoid": False, "kernel.sysrq": True})
     drift, notes = bs.compare_state(live, WANTED)
     assert drift == ["sysctl kernel.sysrq = 0, wanted 1"]
     assert any("shares the host kernel" in n for n in notes)
     assert any("kernel.perf_event_paranoid = 2, wanted -1: read-only in this systemd-nspawn container" in n for n in notes)
+    assert any("FUSE over io_uring is off, wanted on: read-only in this systemd-nspawn container" in n for n in notes)
     # Outside a container a read-only value is still drift.
     drift, _ = bs.compare_state(_live(sysctls={"kernel.perf_event_paranoid": "2", "kernel.sysrq": "1"},
                                       sysctls_writable={"kernel.perf_event_paranoid": False, "kernel.sysrq": True}), WANTED)
     assert drift == ["sysctl kernel.perf_event_paranoid = 2, wanted -1"]
+
+
+@pytest.mark.parametrize("text,want", [("Y\n", "on"), ("N\n", "off"), ("1", "on"), ("", None), (None, None)])
+def test_fuse_uring_state(text, want):
+    assert bs.fuse_uring_state(text) == want
 
 
 def test_sysctl_path():

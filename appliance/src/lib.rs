@@ -10,7 +10,7 @@ pub mod http;
 pub mod jsonbytes;
 pub mod logging;
 pub mod mountfs;
-pub mod mounts;
+pub use basalt_fusefs::mounts;
 pub mod notify;
 pub mod service;
 pub mod store;

@@ -15,6 +15,7 @@ mod fuse;
 pub mod layout;
 mod load;
 mod mount;
+pub mod mounts;
 mod nullfs;
 mod read_pool;
 mod rename;

@@ -34,11 +34,8 @@ macro_rules! require_fuse {
 }
 
 pub fn is_mounted(mp: &Path) -> bool {
-    let want = mp.canonicalize().unwrap_or_else(|_| mp.to_path_buf());
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(want.to_str().unwrap_or("")) && l.contains("fuse"))
+    use basalt_fusefs::mounts;
+    mounts::mount_at(&mounts::absolute(mp)).is_some_and(|m| m.is_fuse())
 }
 
 pub fn wait_mounted(mp: &Path, child: &mut Child) {

@@ -6,8 +6,17 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountEntry {
     pub mountpoint: PathBuf,
+    /// Device number `(major, minor)`; a FUSE mount's minor names its connection.
+    pub device: (u32, u32),
     pub fstype: String,
     pub source: String,
+}
+
+impl MountEntry {
+    /// A FUSE file system (`fuse`, `fuse.SUBTYPE`).
+    pub fn is_fuse(&self) -> bool {
+        self.fstype == "fuse" || self.fstype.starts_with("fuse.")
+    }
 }
 
 fn unescape(s: &str) -> String {
@@ -35,12 +44,15 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
     text.lines()
         .filter_map(|l| {
             let (left, right) = l.split_once(" - ")?;
-            let mp = left.split(' ').nth(4)?;
+            let mut f = left.split(' ');
+            let (major, minor) = f.nth(2)?.split_once(':')?;
+            let mp = f.nth(1)?;
             let mut r = right.split(' ');
             let fstype = r.next()?.to_string();
             let source = unescape(r.next().unwrap_or(""));
             Some(MountEntry {
                 mountpoint: PathBuf::from(unescape(mp)),
+                device: (major.parse().ok()?, minor.parse().ok()?),
                 fstype,
                 source,
             })
@@ -81,6 +93,8 @@ mod tests {
         let m = parse_mountinfo(text);
         assert_eq!(m.len(), 2);
         assert_eq!(m[1].mountpoint, PathBuf::from("/srv/my files"));
+        assert_eq!((m[0].device, m[1].device), ((98, 0), (0, 52)));
+        assert!(m[1].is_fuse() && !m[0].is_fuse());
         assert_eq!(m[1].fstype, "fuse.basalt");
         assert_eq!(m[1].source, "basalt:/var/lib/basalt");
     }

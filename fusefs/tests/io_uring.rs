@@ -75,14 +75,10 @@ fn basalt_mount_over_io_uring_serves_files_that_the_engine_and_a_classic_mount_r
             .open(c.join("big"))
             .unwrap();
         let mut buf = vec![0u8; 8192 + 4096];
-        let off = (buf.as_ptr() as usize).next_multiple_of(4096) - buf.as_ptr() as usize;
-        let n = nix_pread(&mut f, &mut buf[off..off + 8192], 200_704);
+        let page = page_aligned(&mut buf, 8192);
+        let n = nix_pread(&mut f, page, 200_704);
         assert_eq!(n, 8192);
-        assert_bytes(
-            &buf[off..off + 8192],
-            &big[200_704..200_704 + 8192],
-            "O_DIRECT",
-        );
+        assert_bytes(page, &big[200_704..200_704 + 8192], "O_DIRECT");
         drop(f); // an open file would make the unmount below EBUSY
         assert_bytes(&std::fs::read(c.join("big")).unwrap(), &big, "big");
         let names: Vec<_> = std::fs::read_dir(&c)
@@ -180,13 +176,13 @@ fn concurrent_reads_over_io_uring_go_through_the_read_pool_and_return_the_right_
                         .open(path)
                         .unwrap();
                     let mut buf = vec![0u8; 2 * 4096];
-                    let a = (buf.as_ptr() as usize).next_multiple_of(4096) - buf.as_ptr() as usize;
+                    let got = page_aligned(&mut buf, 4096);
                     for i in 0..200u64 {
                         let page = (t * 7919 + i * 104_729) % pages;
                         let off = (page * 4096) as usize;
-                        assert_eq!(nix_pread(&mut f, &mut buf[a..a + 4096], off as u64), 4096);
+                        assert_eq!(nix_pread(&mut f, got, off as u64), 4096);
                         assert!(
-                            buf[a..a + 4096] == content[off..off + 4096],
+                            *got == content[off..off + 4096],
                             "thread {t}: wrong bytes at {off}"
                         );
                     }
@@ -200,6 +196,13 @@ fn concurrent_reads_over_io_uring_go_through_the_read_pool_and_return_the_right_
         stats["filesystem"]["read_pool"]
     );
     m.stop();
+}
+
+/// `len` bytes of `buf` starting at a 4 KiB boundary (what O_DIRECT reads need);
+/// `buf` must be at least 4 KiB longer.
+fn page_aligned(buf: &mut [u8], len: usize) -> &mut [u8] {
+    let off = (buf.as_ptr() as usize).next_multiple_of(4096) - buf.as_ptr() as usize;
+    &mut buf[off..off + len]
 }
 
 fn nix_pread(f: &mut std::fs::File, buf: &mut [u8], off: u64) -> usize {

@@ -3,7 +3,7 @@
 PROVISIONING_PYTHON ?= /usr/bin/python3
 PROVISIONING_VENV := provisioning/.venv
 PROVISIONING_BIN := $(abspath $(PROVISIONING_VENV))/bin
-PROVISIONING_PLAYBOOKS := site.yml verify.yml bench.yml health.yml upgrade.yml tests/cluster/refuse-format.yml
+PROVISIONING_PLAYBOOKS := site.yml verify.yml bench.yml health.yml upgrade.yml tests/cluster/refuse-format.yml tests/cluster/uring-preflight.yml
 
 .PHONY: provisioning-venv provisioning-lint provisioning-unit test-provisioning provisioning-cluster-test
 

@@ -24,11 +24,10 @@ DEV="$TARGET/release/basalt-fusefs-dev"
 WORK=$(mktemp -d "$BASE/basalt-fusefs-bench.XXXXXX")
 DEVPID=""
 NULLPID=""
-SWITCH=/sys/module/fuse/parameters/enable_uring
-WAS_SWITCH=$(cat $SWITCH 2>/dev/null || true)
+source scripts/fuse-uring-switch.sh
 cleanup() {
   set +e
-  [ -n "$WAS_SWITCH" ] && echo "$WAS_SWITCH" >$SWITCH
+  fuse_uring_restore
   if [ -n "$DEVPID" ] && kill -0 "$DEVPID" 2>/dev/null; then kill "$DEVPID"; wait "$DEVPID"; fi
   if [ -n "$NULLPID" ] && kill -0 "$NULLPID" 2>/dev/null; then kill "$NULLPID"; wait "$NULLPID"; fi
   mountpoint -q "$WORK/mnt" && fusermount3 -u -z "$WORK/mnt"
@@ -41,7 +40,7 @@ EXTRA=()
 [ -n "${BENCH_CHUNK:-}" ] && EXTRA+=(--chunk-size "$BENCH_CHUNK")
 [ -n "${BENCH_OPTS:-}" ] && EXTRA+=(-o "$BENCH_OPTS")
 # -o io_uring needs the kernel's switch on for the run (put back at exit).
-case "${BENCH_OPTS:-}" in *io_uring*) echo Y >$SWITCH ;; esac
+case "${BENCH_OPTS:-}" in *io_uring*) fuse_uring_set Y ;; esac
 "$DEV" mount --data "$WORK/data" "${EXTRA[@]}" "$WORK/mnt" >"$WORK/dev.log" 2>&1 &
 DEVPID=$!
 for _ in $(seq 200); do mountpoint -q "$WORK/mnt" && break; sleep 0.05; done

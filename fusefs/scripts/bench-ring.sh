@@ -11,8 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ "$(id -u)" -ne 0 ] || ! [ -c /dev/fuse ]; then echo "bench-ring: SKIPPED: needs root and /dev/fuse"; exit 0; fi
-SWITCH=/sys/module/fuse/parameters/enable_uring
-if ! [ -f $SWITCH ]; then echo "bench-ring: SKIPPED: this kernel has no FUSE over io_uring ($SWITCH)"; exit 0; fi
+source scripts/fuse-uring-switch.sh
+if ! fuse_uring_present; then echo "bench-ring: SKIPPED: this kernel has no FUSE over io_uring ($FUSE_URING_SWITCH)"; exit 0; fi
 command -v fio >/dev/null || { echo "bench-ring: fio missing (make deps)"; exit 1; }
 ROUNDS=${ROUNDS:-3}
 FILES=${RING_FILES:-20000}
@@ -22,15 +22,14 @@ cargo build --release -p basalt-fusefs --bin basalt-fusefs-dev >&2
 TARGET=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 DEV="$TARGET/release/basalt-fusefs-dev"
 WORK=$(mktemp -d /tmp/basalt-ring-bench.XXXXXX)
-WAS=$(cat $SWITCH)
 cleanup() {
   set +e
   for m in "$WORK"/*; do mountpoint -q "$m" && fusermount3 -u -z "$m"; done
-  echo "$WAS" > $SWITCH
+  fuse_uring_restore
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-echo Y > $SWITCH
+fuse_uring_set Y
 
 terse() { fio --output-format=terse "$@" 2>/dev/null; }
 

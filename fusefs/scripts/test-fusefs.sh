@@ -30,13 +30,13 @@ WORK=$(mktemp -d /tmp/basalt-fusefs-test.XXXXXX)
 chmod 755 "$WORK" # pjdfstest switches to unprivileged users that must reach the mount
 CONF="$(pwd)/$HERE/pjdfstest.toml"
 DEVPID=""
-ORIG_SWITCH=$(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null || true)
+source scripts/fuse-uring-switch.sh
 cleanup() {
   set +e
   if [ -n "$DEVPID" ] && kill -0 "$DEVPID" 2>/dev/null; then kill "$DEVPID"; wait "$DEVPID"; fi
   mountpoint -q "$WORK/mnt" && fusermount3 -u -z "$WORK/mnt"
   mountpoint -q "$WORK/ext4" && umount "$WORK/ext4"
-  [ -n "$ORIG_SWITCH" ] && echo "$ORIG_SWITCH" >/sys/module/fuse/parameters/enable_uring
+  fuse_uring_restore
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -106,14 +106,12 @@ if [ "$(wc -l <"$WORK/ext4.ok")" -lt 100 ]; then
 fi
 
 basalt_pass dev-fuse "" "$FSX_OPS"
-SWITCH=/sys/module/fuse/parameters/enable_uring
-if [ -f $SWITCH ]; then
-  WAS=$(cat $SWITCH)
-  echo Y >$SWITCH
+if fuse_uring_present; then
+  fuse_uring_set Y
   basalt_pass io_uring io_uring=same "$FSX_RANDOM_OPS"
-  echo "$WAS" >$SWITCH
+  fuse_uring_restore
 else
-  echo "test-fusefs: io_uring pass SKIPPED: this kernel has no FUSE over io_uring ($SWITCH)"
+  echo "test-fusefs: io_uring pass SKIPPED: this kernel has no FUSE over io_uring ($FUSE_URING_SWITCH)"
 fi
 
 passed=$(( 2 - PJD_FAILED - FSX_FAILED ))

@@ -1,9 +1,9 @@
 # fusefs: pjdfstest + fsx against a real mount (root, /dev/fuse), and the
 # benchmarks against ext4 on the same disk.
 TEST_TARGETS += test-fusefs
-BENCH_TARGETS += bench-fusefs bench-ring
+BENCH_TARGETS += bench-fusefs bench-ring bench-options
 
-.PHONY: test-fusefs bench-fusefs bench-ring
+.PHONY: test-fusefs bench-fusefs bench-ring bench-options
 ## test-fusefs: pjdfstest (compared with ext4 case by case) and fsx on a Basalt mount
 test-fusefs:
 	./fusefs/scripts/test-fusefs.sh
@@ -15,3 +15,7 @@ bench-fusefs:
 ## bench-ring: the null filesystem over /dev/fuse vs over io_uring (thread on the requesting CPU or the next)
 bench-ring:
 	./fusefs/scripts/bench-ring.sh
+
+## bench-options: each performance choice of the mount (writeback cache, max_write, readahead, workers, readdirplus, cache timeouts) against the mount without it, with the FUSE requests and engine commits each costs
+bench-options:
+	./fusefs/scripts/bench-options.sh

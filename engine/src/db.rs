@@ -1432,6 +1432,7 @@ impl Inner {
             self.stats
                 .writes
                 .fetch_add(list.len() as u64, Ordering::Relaxed);
+            self.stats.commits.fetch_add(1, Ordering::Relaxed);
         }
         if is_catalog || self.opts.durability == Durability::SyncEveryWrite {
             self.sync_upto(my_commit)?;

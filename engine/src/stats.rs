@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct StatCounters {
     pub user_bytes_written: AtomicU64,
     pub writes: AtomicU64,
+    pub commits: AtomicU64,
     pub gets: AtomicU64,
     pub device_reads: AtomicU64,
     pub syncs: AtomicU64,
@@ -64,7 +65,11 @@ pub struct Stats {
     pub collections: usize,
     /// Key + value bytes accepted from users.
     pub user_bytes_written: u64,
+    /// Records (puts and deletes) written by users.
     pub writes: u64,
+    /// User write batches committed (a single put or delete is one): `writes /
+    /// commits` records per batch.
+    pub commits: u64,
     pub gets: u64,
     /// Bytes the engine wrote to its files (log, index runs, checkpoints, delete list),
     /// including alignment padding and rewritten tail pages.
@@ -257,6 +262,7 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         collections: inner.catalog.read().by_name.len(),
         user_bytes_written: user,
         writes: s.writes.load(Ordering::Relaxed),
+        commits: s.commits.load(Ordering::Relaxed),
         gets,
         device_bytes_written: dev_w,
         device_bytes_read: c.bytes_read.load(Ordering::Relaxed),

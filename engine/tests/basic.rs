@@ -828,3 +828,24 @@ fn auxiliary_files_are_replaced_whole_kept_across_reopen_and_named_safely() {
     let report = basalt_engine::check(dir.path()).unwrap();
     assert!(report.is_ok(), "{:?}", report.problems);
 }
+
+#[test]
+fn stats_count_records_and_the_batches_that_committed_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    let c = db.create_collection("c").unwrap();
+    let before = db.stats();
+    let mut b = WriteBatch::new();
+    b.put("c", b"a", b"1")
+        .put("c", b"b", b"2")
+        .delete("c", b"z");
+    db.write(&b).unwrap();
+    c.put(b"d", b"4").unwrap();
+    c.delete(b"a").unwrap();
+    let after = db.stats();
+    assert_eq!(
+        (after.writes - before.writes, after.commits - before.commits),
+        (5, 3),
+        "a batch of three records, then one put and one delete"
+    );
+}

@@ -257,6 +257,9 @@ impl State {
             name: leaf.to_os_string(),
         });
         out.push(Forget::Inode(ino));
+        // The kernel may list the name from its cached listing without a dentry for
+        // it, which the deletion alone would not reset.
+        out.push(Forget::Inode(parent));
         Ok(())
     }
 

@@ -38,6 +38,9 @@ pub struct FsOptions {
     pub entry_ttl: Duration,
     pub writeback_cache: bool,
     pub readdirplus: bool,
+    /// The kernel keeps directory listings across opens ([`DIR_CACHE`];
+    /// `-o no_dir_cache` turns it off).
+    pub dir_cache: bool,
     pub max_write: u32,
     pub flush_interval: Duration,
     /// Threads serving queued engine reads beside the FUSE workers, each in batches
@@ -155,6 +158,9 @@ impl Shared {
             forget.extend(st.take_in(keys));
         }
         for f in forget {
+            if let Forget::Entry { parent, .. } | Forget::Deleted { parent, .. } = &f {
+                st.listings_changed.insert(*parent);
+            }
             let _ = self.forget.send(f);
         }
         st
@@ -288,6 +294,25 @@ pub fn fopen_flags(open_flags: i32) -> FopenFlags {
         FopenFlags::FOPEN_DIRECT_IO
     } else {
         FopenFlags::FOPEN_KEEP_CACHE
+    }
+}
+
+/// Open flags of a directory: the kernel keeps its listing in the directory's page
+/// cache across opens and serves `readdir` from it until the directory changes. Its
+/// own changes reset it. After changes made through the engine API the next OPENDIR
+/// leaves out `FOPEN_KEEP_CACHE` (`State::listings_changed`), which drops it, and the
+/// invalidation of the directory (`Forget::Inode`) drops it for handles already open.
+pub const DIR_CACHE: FopenFlags = FopenFlags::FOPEN_CACHE_DIR.union(FopenFlags::FOPEN_KEEP_CACHE);
+
+impl FsOptions {
+    /// Open flags of a directory the kernel may cache: [`DIR_CACHE`] unless
+    /// `-o no_dir_cache`.
+    pub fn dir_open_flags(&self) -> FopenFlags {
+        if self.dir_cache {
+            DIR_CACHE
+        } else {
+            FopenFlags::empty()
+        }
     }
 }
 
@@ -710,6 +735,7 @@ impl BasaltFs {
                         "chunk_size": st.chunk_size,
                         "writeback_cache": self.shared.opts.writeback_cache,
                         "readdirplus": self.shared.opts.readdirplus,
+                        "dir_cache": self.shared.opts.dir_cache,
                         "max_write": self.shared.opts.max_write,
                         "requests": self.shared.requests.to_json(),
                         "read_pool": self.shared.reads.to_json(),
@@ -1277,7 +1303,15 @@ impl BasaltFs {
         match self.dir_entries(ino.0) {
             Ok(entries) => {
                 let fh = self.shared.add_handle(Handle::Dir { entries });
-                reply.opened(FileHandle(fh), FopenFlags::empty());
+                let flags = if self.shared.virt(ino.0).is_some() {
+                    FopenFlags::empty() // generated: may change with nothing said
+                } else if self.shared.lock().listings_changed.remove(&ino.0) {
+                    // At once, not when the forget thread's invalidation lands.
+                    self.shared.opts.dir_open_flags() - FopenFlags::FOPEN_KEEP_CACHE
+                } else {
+                    self.shared.opts.dir_open_flags()
+                };
+                reply.opened(FileHandle(fh), flags);
             }
             Err(e) => reply.error(ferr(e)),
         }

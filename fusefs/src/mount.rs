@@ -36,7 +36,7 @@ pub struct MountConfig {
     pub allow_other: bool,
     /// Extra `-o` options: `ro`, `noatime`, `nosuid`, `nodev`, `noexec`, `dirsync`,
     /// `sync`, `fsname=`, `subtype=`, `writeback_cache`, `no_writeback_cache`,
-    /// `no_readdirplus`, `attr_timeout=SECS`, `entry_timeout=SECS`,
+    /// `no_readdirplus`, `no_dir_cache`, `attr_timeout=SECS`, `entry_timeout=SECS`,
     /// `flush_interval_ms=MS`, `max_write=BYTES`, `read_threads=N` (1..=256),
     /// `readahead_kb=N` (0 = the kernel's default, else 4..=65536).
     pub options: Vec<String>,
@@ -94,6 +94,7 @@ fn parse_options(cfg: &MountConfig) -> Result<(FsOptions, Vec<MountOption>), FsE
         entry_ttl: Duration::from_secs(30),
         writeback_cache: true,
         readdirplus: true,
+        dir_cache: true,
         max_write: 1 << 20,
         flush_interval: Duration::from_millis(1000),
         read_threads: DEFAULT_READ_THREADS,
@@ -131,6 +132,7 @@ fn parse_options(cfg: &MountConfig) -> Result<(FsOptions, Vec<MountOption>), FsE
             "writeback_cache" => o.writeback_cache = true,
             "no_writeback_cache" => o.writeback_cache = false,
             "no_readdirplus" => o.readdirplus = false,
+            "no_dir_cache" => o.dir_cache = false,
             "attr_timeout" => o.attr_ttl = secs(v, opt)?,
             "entry_timeout" => o.entry_ttl = secs(v, opt)?,
             "flush_interval_ms" => {
@@ -223,6 +225,7 @@ fn build_state(db: Db, chunk_size: u64, mount_id: u64) -> Result<State, FsError>
         catalog_seen: db.catalog_changes(),
         db,
         mount_id,
+        listings_changed: HashSet::new(),
     };
     let mut root = root_node(&st.db, now)?;
     root.nlink = 2;
@@ -698,7 +701,7 @@ mod tests {
             (d.read_threads, d.max_write, d.readahead_kb),
             (DEFAULT_READ_THREADS, 1 << 20, DEFAULT_READAHEAD_KB)
         );
-        assert!(d.writeback_cache && d.readdirplus);
+        assert!(d.writeback_cache && d.readdirplus && d.dir_cache);
         assert!(d.workers >= 2, "default workers: {}", d.workers);
         assert_eq!(worker_threads(1), 1, "an explicit count is kept");
         let o = parse(
@@ -711,6 +714,7 @@ mod tests {
         );
         assert_eq!(parse("readahead_kb=0").unwrap().readahead_kb, 0);
         assert!(!o.writeback_cache);
+        assert!(!parse("no_dir_cache").unwrap().dir_cache);
         use crate::ring::Pinning;
         assert_eq!(
             (d.io_uring, d.io_uring_threads),

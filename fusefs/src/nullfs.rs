@@ -602,7 +602,7 @@ impl Filesystem for NullFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         answer!(reply, self.core.opendir(ino.0), |fh| reply
-            .opened(FileHandle(fh), FopenFlags::empty()));
+            .opened(FileHandle(fh), self.core.opts.dir_open_flags()));
     }
 
     fn readdir(
@@ -748,7 +748,9 @@ impl ring::Serve for NullCore {
                     self.requests.count(Op::Listxattr);
                     reply.xattr(size, &[])
                 }
-                R::Opendir { .. } => reply.opened(self.opendir(ino)?, 0),
+                R::Opendir { .. } => {
+                    reply.opened(self.opendir(ino)?, self.opts.dir_open_flags().bits())
+                }
                 R::Readdir { fh, offset, size } => {
                     self.entries(fh, offset, false, |off, name, kind, a| {
                         reply.dirent(a.ino.0, off, kind, name, size as usize)

@@ -374,6 +374,9 @@ pub struct State {
     pub mount_id: u64,
     /// The engine's `catalog_changes` the collections were last brought in line with.
     pub catalog_seen: u64,
+    /// Directories whose entries changed through the engine API since their last
+    /// OPENDIR: the next one tells the kernel to drop its cached listing.
+    pub listings_changed: HashSet<u64>,
 }
 
 /// What the mount did with stored chunks, for `/.basalt/stats.json`.

@@ -1094,3 +1094,35 @@ fn synced_small_writes_commit_their_pages_not_their_chunks() {
     );
     h.unmount().unwrap();
 }
+
+/// A directory the kernel has listed (and cached) lists documents written and deleted
+/// through the engine API while mounted at once: the next OPENDIR drops the cached
+/// listing.
+#[test]
+fn engine_api_changes_show_in_a_directory_listed_before() {
+    require_fuse!();
+    let (_tmp, data, mp) = data_and_mountpoint();
+    let db = open_db(&data);
+    let h = mount(db.clone(), cfg(&mp)).unwrap();
+    let d = mp.join("listed/d");
+    std::fs::create_dir_all(&d).unwrap();
+    for n in ["a", "b", "c"] {
+        std::fs::write(d.join(n), n).unwrap();
+    }
+    for _ in 0..2 {
+        assert_eq!(names(&d), ["a", "b", "c"]);
+    }
+    db.put("listed", b"d/e", b"by the engine").unwrap();
+    assert_eq!(names(&d), ["a", "b", "c", "e"], "after a put");
+    assert_eq!(names(&d), ["a", "b", "c", "e"], "listed again");
+    db.delete("listed", b"d/b").unwrap();
+    assert_eq!(names(&d), ["a", "c", "e"], "after a delete");
+    db.put("listed", b"d/sub/f", b"deeper").unwrap();
+    assert_eq!(
+        names(&d),
+        ["a", "c", "e", "sub"],
+        "after a put in a new directory"
+    );
+    assert_eq!(names(&mp.join("listed")), ["d"]);
+    h.unmount().unwrap();
+}

@@ -276,3 +276,50 @@ fn reused_read_buffers_never_leak_earlier_bytes_into_holes() {
     drop((f, s));
     h.unmount().unwrap();
 }
+
+/// Listing a directory again sends no READDIR while nothing changed: the kernel serves
+/// it from its cache (`FOPEN_CACHE_DIR` + `FOPEN_KEEP_CACHE`). The mount's own create,
+/// unlink and rename reset that cache, so every listing is current.
+#[test]
+fn an_unchanged_directory_is_listed_again_from_the_kernel_cache_and_changes_show() {
+    require_fuse!();
+    let (_tmp, mp, h) = mounted_with_collection_c();
+    let dir = mp.join("c/d");
+    std::fs::create_dir(&dir).unwrap();
+    for i in 0..300 {
+        std::fs::write(dir.join(format!("f{i:03}")), b"x").unwrap();
+    }
+    let names = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    let listings = || requests(&mp, "readdir") + requests(&mp, "readdirplus");
+    let mut want: Vec<String> = (0..300).map(|i| format!("f{i:03}")).collect();
+    assert_eq!(names(), want, "first listing");
+    let before = listings();
+    for round in 0..3 {
+        assert_eq!(names(), want, "listing {round} from the cache");
+    }
+    assert_eq!(
+        listings(),
+        before,
+        "READDIR sent for an unchanged directory"
+    );
+
+    std::fs::write(dir.join("new"), b"n").unwrap();
+    std::fs::remove_file(dir.join("f000")).unwrap();
+    std::fs::rename(dir.join("f001"), dir.join("g001")).unwrap();
+    want.retain(|n| n != "f000" && n != "f001");
+    want.extend(["g001".to_string(), "new".to_string()]);
+    want.sort();
+    assert_eq!(names(), want, "listing after create, unlink and rename");
+    assert!(
+        listings() > before,
+        "the changed directory was not read again"
+    );
+    h.unmount().unwrap();
+}

@@ -8,7 +8,8 @@
 # counts do not depend on this VM's noise. Results in fusefs/README.md, "Measured effect of each choice".
 # Env: ROUNDS (default 3), OPT_SIZE (fio file, default 512M), OPT_FILES (files for the
 # create/stat/delete and tree workloads, default 20000), OPT_RUNTIME (random-read
-# seconds, default 5), BENCH_DIR (where mounts and data go, default /var/tmp).
+# seconds, default 5), OPT_WORKLOADS (some of: seqwrite smallwrite seqread randread
+# files tree; default all), BENCH_DIR (where mounts and data go, default /var/tmp).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ "$(id -u)" -ne 0 ] || ! [ -c /dev/fuse ]; then echo "bench-options: SKIPPED: needs root and /dev/fuse"; exit 0; fi
@@ -148,7 +149,7 @@ run_workload() { # variant workload
 }
 
 for r in $(seq "$ROUNDS"); do
-  for w in seqwrite smallwrite seqread randread files tree; do
+  for w in ${OPT_WORKLOADS:-seqwrite smallwrite seqread randread files tree}; do
     for spec in "${VARIANTS[@]}"; do
       IFS='|' read -r name _ args workloads <<<"$spec"
       case " $workloads " in *" $w "*) ;; *) continue ;; esac

@@ -860,7 +860,13 @@ impl BasaltFs {
         n.ctime = now;
         n.meta_dirty = true;
         st.mark_dirty(ino);
-        st.flush_node(ino)?;
+        // A truncate is committed now (its chunks go), and so is the mount root's
+        // record (a file of its own, rarely changed); mode, owner and times otherwise
+        // with the node's next flush (release, fsync, the flusher) or any sync,
+        // whichever comes first: tar and cp -a set three of them on every file.
+        if ch.size.is_some() || ino == ROOT_INO {
+            st.flush_node(ino)?;
+        }
         Ok(attr_of(st.node(ino)?))
     }
 
@@ -1280,16 +1286,20 @@ impl BasaltFs {
         if self.shared.virt(ino.0).is_some() {
             return reply.ok();
         }
-        let r = (|| {
-            let db = {
-                let mut st = self.shared.lock();
-                st.flush_node(ino.0)?;
-                st.db.clone()
-            };
-            db.sync()
-                .map_err(|e| crate::state::engine_err("*", b"(fsync)", &e))
-        })();
-        reply_empty(reply, r);
+        reply_empty(reply, self.flush_and_sync(ino.0, b"(fsync)"));
+    }
+
+    /// `fsync` and `fsyncdir`: flushes `ino` and every node with only attribute
+    /// changes pending, then makes the engine durable (`what` names the call in logs).
+    fn flush_and_sync(&self, ino: u64, what: &[u8]) -> Result<(), Errno> {
+        let db = {
+            let mut st = self.shared.lock();
+            st.flush_node(ino)?;
+            st.flush_attributes()?;
+            st.db.clone()
+        };
+        db.sync()
+            .map_err(|e| crate::state::engine_err("*", what, &e))
     }
 
     pub(crate) fn do_opendir(
@@ -1403,18 +1413,13 @@ impl BasaltFs {
     pub(crate) fn do_fsyncdir(
         &self,
         _req: &Who,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: impl AnsEmpty,
     ) {
         self.shared.requests.count(Op::Fsyncdir);
-        let db = self.shared.lock().db.clone();
-        reply_empty(
-            reply,
-            db.sync()
-                .map_err(|e| crate::state::engine_err("*", b"(fsyncdir)", &e)),
-        );
+        reply_empty(reply, self.flush_and_sync(ino.0, b"(fsyncdir)"));
     }
 
     pub(crate) fn do_statfs(&self, _req: &Who, _ino: INodeNo, reply: impl AnsStatfs) {

@@ -842,6 +842,22 @@ impl State {
     }
 
     /// Flushes every dirty inode; returns the first error.
+    /// Flushes every node whose only change is to its attributes (mode, owner,
+    /// times: `setattr` leaves them dirty), so that a sync makes every such change
+    /// acknowledged before it durable, as it does every name.
+    pub fn flush_attributes(&mut self) -> Result<(), Errno> {
+        let inos: Vec<u64> = (self.dirty_nodes.iter().copied())
+            .filter(|i| (self.nodes.get(i)).is_some_and(|n| n.meta_dirty && !n.has_dirty_data()))
+            .collect();
+        let mut first = Ok(());
+        for ino in inos {
+            if let Err(e) = self.flush_node(ino) {
+                first = first.and(Err(e));
+            }
+        }
+        first
+    }
+
     pub fn flush_all(&mut self) -> Result<(), Errno> {
         let inos: Vec<u64> = self.dirty_nodes.iter().copied().collect();
         let mut first = Ok(());

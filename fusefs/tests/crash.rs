@@ -192,3 +192,70 @@ fn a_killed_daemon_is_seen_as_stale_even_with_the_roots_attributes_cached() {
     basalt_fusefs::force_unmount(&mp).unwrap();
     assert!(!common::is_mounted(&mp));
 }
+
+/// `chmod`, `chown` and `utimensat` of a file whose data is clean commit nothing at
+/// once (they go with the file's next flush: tar sets all three on every file), yet an
+/// fsync of another file makes them durable: after `kill -9` and a remount the file
+/// has them.
+#[test]
+fn attribute_changes_before_an_fsync_of_another_file_survive_kill_9() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
+    // The flusher must not be what commits them.
+    let m = DevMount::start(&data, &mp, &["-o", "flush_interval_ms=3600000"]);
+    std::fs::create_dir(mp.join("c")).unwrap();
+    let (a, b) = (mp.join("c/a"), mp.join("c/b"));
+    std::fs::write(&a, b"its attributes change").unwrap();
+    std::fs::write(&b, b"fsynced").unwrap();
+    let t = std::time::Instant::now();
+    while common::stats(&mp)["filesystem"]["dirty_inodes"] != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "never clean after the closes"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let commits = || common::stats(&mp)["engine"]["commits"].as_u64().unwrap();
+    let before = commits();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&a, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&a, Some(1234), Some(5678)).unwrap();
+    let path = std::ffi::CString::new(a.as_os_str().as_encoded_bytes()).unwrap();
+    let times = [
+        libc::timespec {
+            tv_sec: 1_000_000_000,
+            tv_nsec: 0,
+        },
+        libc::timespec {
+            tv_sec: 1_000_000_000,
+            tv_nsec: 0,
+        },
+    ];
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), times.as_ptr(), 0) },
+        0
+    );
+    assert_eq!(
+        commits(),
+        before,
+        "chmod, chown and utimensat committed at once"
+    );
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&b)
+        .unwrap()
+        .sync_all()
+        .unwrap();
+    assert!(commits() > before, "the fsync committed nothing");
+    m.kill();
+    let m = DevMount::start(&data, &mp, &[]);
+    let meta = std::fs::metadata(&a).unwrap();
+    assert_eq!(
+        (meta.mode() & 0o7777, meta.uid(), meta.gid(), meta.mtime()),
+        (0o600, 1234, 5678, 1_000_000_000),
+        "attributes of c/a after kill -9 and a remount"
+    );
+    assert_eq!(std::fs::read(&a).unwrap(), b"its attributes change");
+    m.stop();
+}

@@ -36,20 +36,12 @@ pub fn dev_of(path: &Path) -> Option<(u32, u32)> {
     None
 }
 
-/// The mountinfo line (mount point, fs type, source) whose device is `(major, minor)`.
-fn mount_of(dev: (u32, u32)) -> Option<(String, String, String)> {
-    let want = format!("{}:{}", dev.0, dev.1);
-    read("/proc/self/mountinfo").lines().find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        let dash = f.iter().position(|x| *x == "-")?;
-        (f.get(2)? == &want).then(|| {
-            (
-                f.get(4).unwrap_or(&"").to_string(),
-                f.get(dash + 1).unwrap_or(&"").to_string(),
-                f.get(dash + 2).unwrap_or(&"").to_string(),
-            )
-        })
-    })
+/// Mount point and file system type of the first mount of device `(major, minor)`.
+fn mount_of(dev: (u32, u32)) -> Option<(String, String)> {
+    basalt_fusefs::mounts::parse_mountinfo(&read("/proc/self/mountinfo"))
+        .into_iter()
+        .find(|m| m.device == dev)
+        .map(|m| (m.mountpoint.display().to_string(), m.fstype))
 }
 
 /// Name of the /proc/diskstats row for `(major, minor)`; falls back to the mount's source.
@@ -84,7 +76,7 @@ impl MachineInfo {
         };
         let dev = dev_of(path);
         let device = dev.and_then(diskstats_name);
-        let (mount_point, fs_type, _src) = dev.and_then(mount_of).unwrap_or_default();
+        let (mount_point, fs_type) = dev.and_then(mount_of).unwrap_or_default();
         let device_model = device
             .as_ref()
             .map(|d| {
@@ -189,5 +181,9 @@ mod tests {
         let m = MachineInfo::collect(Path::new("/"));
         assert!(m.cores >= 1 && m.ram_bytes > 0);
         assert!(!m.fs_type.is_empty(), "root has a file system type: {m:?}");
+        assert!(
+            Path::new(&m.mount_point).is_absolute(),
+            "root's device is mounted somewhere: {m:?}"
+        );
     }
 }

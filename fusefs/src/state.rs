@@ -841,7 +841,6 @@ impl State {
         }
     }
 
-    /// Flushes every dirty inode; returns the first error.
     /// Flushes every node whose only change is to its attributes (mode, owner,
     /// times: `setattr` leaves them dirty), so that a sync makes every such change
     /// acknowledged before it durable, as it does every name.
@@ -849,23 +848,21 @@ impl State {
         let inos: Vec<u64> = (self.dirty_nodes.iter().copied())
             .filter(|i| (self.nodes.get(i)).is_some_and(|n| n.meta_dirty && !n.has_dirty_data()))
             .collect();
+        self.flush_each(inos)
+    }
+
+    /// Flushes every dirty inode; returns the first error.
+    pub fn flush_all(&mut self) -> Result<(), Errno> {
+        let inos: Vec<u64> = self.dirty_nodes.iter().copied().collect();
+        self.flush_each(inos)
+    }
+
+    /// Flushes each of `inos`, going on past a failure; returns the first error.
+    fn flush_each(&mut self, inos: Vec<u64>) -> Result<(), Errno> {
         let mut first = Ok(());
         for ino in inos {
             if let Err(e) = self.flush_node(ino) {
                 first = first.and(Err(e));
-            }
-        }
-        first
-    }
-
-    pub fn flush_all(&mut self) -> Result<(), Errno> {
-        let inos: Vec<u64> = self.dirty_nodes.iter().copied().collect();
-        let mut first = Ok(());
-        for ino in inos {
-            if let Err(e) = self.flush_node(ino) {
-                if first.is_ok() {
-                    first = Err(e);
-                }
             }
         }
         first

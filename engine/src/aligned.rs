@@ -86,17 +86,24 @@ impl DerefMut for AlignedBuf {
 
 /// Largest buffer the pool keeps (bigger reads are rare: scans, GC, recovery).
 const POOL_MAX_PAGES: usize = 32;
-/// Free buffers kept per page count and thread.
-const POOL_PER_CLASS: usize = 64;
+/// Bytes of free buffers a thread keeps. A batch holds all its buffers at once: a
+/// filesystem's 4 MiB of readahead is 64 reads of a 64 KiB chunk and its head page
+/// (17 pages each), and two such batches in flight on one thread need 128. With 64 per
+/// page count, half of a sequential read's buffers were allocated and zeroed anew.
+const POOL_BYTES: usize = 10 << 20;
 
 /// Free read buffers of one thread, by page count.
 struct Pool {
     free: Vec<Vec<AlignedBuf>>,
+    /// Capacity of the buffers in `free`.
+    bytes: usize,
 }
 
 impl Pool {
     fn take(&mut self, cap: usize) -> Option<AlignedBuf> {
-        self.free.get_mut(cap / PAGE)?.pop()
+        let b = self.free.get_mut(cap / PAGE)?.pop()?;
+        self.bytes -= b.cap;
+        Some(b)
     }
 
     /// Keeps `b` for reuse if its class has room; gives it back otherwise.
@@ -108,17 +115,20 @@ impl Pool {
         if self.free.len() <= class {
             self.free.resize_with(class + 1, Vec::new);
         }
-        let list = &mut self.free[class];
-        if list.len() >= POOL_PER_CLASS {
+        if self.bytes + b.cap > POOL_BYTES {
             return Some(b);
         }
-        list.push(b);
+        self.bytes += b.cap;
+        self.free[class].push(b);
         None
     }
 }
 
 thread_local! {
-    static POOL: RefCell<Pool> = const { RefCell::new(Pool { free: Vec::new() }) };
+    static POOL: RefCell<Pool> = const { RefCell::new(Pool {
+        free: Vec::new(),
+        bytes: 0,
+    }) };
 }
 
 impl AlignedBuf {
@@ -180,14 +190,26 @@ mod tests {
     }
 
     #[test]
-    fn the_pool_keeps_at_most_its_per_class_limit() {
-        let bufs: Vec<AlignedBuf> = (0..POOL_PER_CLASS + 10)
-            .map(|_| AlignedBuf::for_read(3 * PAGE))
-            .collect();
+    fn the_pool_keeps_buffers_up_to_its_byte_budget() {
+        let size = 17 * PAGE; // a 64 KiB chunk and its head page
+        let fit = POOL_BYTES / size;
+        let bufs: Vec<AlignedBuf> = (0..fit + 10).map(|_| AlignedBuf::for_read(size)).collect();
         for b in bufs {
             b.recycle();
         }
-        let kept = POOL.with(|p| p.borrow().free[3].len());
-        assert_eq!(kept, POOL_PER_CLASS);
+        let (kept, bytes) = POOL.with(|p| (p.borrow().free[17].len(), p.borrow().bytes));
+        assert_eq!(
+            kept, fit,
+            "all that fit in {POOL_BYTES} bytes are kept, no more"
+        );
+        assert_eq!(bytes, fit * size);
+        let taken: Vec<AlignedBuf> = (0..fit).map(|_| AlignedBuf::for_read(size)).collect();
+        assert_eq!(
+            POOL.with(|p| p.borrow().bytes),
+            0,
+            "taking gives the budget back"
+        );
+        assert!(fit >= 128, "two batches of 4 MiB readahead ({fit} buffers)");
+        drop(taken);
     }
 }

@@ -1072,6 +1072,21 @@ impl Db {
             .multi_get_ranges_each(c.id, reqs, bufs, snap, &mut on_part)
     }
 
+    /// Like [`Db::multi_get_ranges_each`], but the buffers are the sink's and each
+    /// complete part is reported to it ([`crate::PartSink`]): one buffer may hold
+    /// several parts, and the caller can use it as soon as all of them are done.
+    pub fn multi_get_ranges_to(
+        &self,
+        collection: &str,
+        reqs: &[crate::RangeRequest<'_>],
+        sink: &mut impl crate::PartSink,
+    ) -> Result<()> {
+        let c = self.collection(collection)?;
+        c.check_live()?;
+        let snap = self.inner.visible_seqno.load(Ordering::SeqCst);
+        self.inner.multi_get_ranges_to(c.id, reqs, snap, sink)
+    }
+
     /// A consistent read-only view of the whole engine as of now.
     pub fn snapshot(&self) -> crate::Snapshot {
         crate::snapshot::Snapshot::new(self.inner.clone())

@@ -70,7 +70,7 @@ pub use flush::{BOTTOM_MERGE_DEBT, MERGE_DEBT_THROTTLE};
 pub use io::IoMode;
 pub use observer::{WriteObserver, Written};
 pub use options::{Compression, Durability, IoBackend, Options, DEFAULT_READ_POLL_MICROS};
-pub use partial_read::RangeRequest;
+pub use partial_read::{PartSink, RangeRequest};
 pub use record::{CollId, Seqno};
 pub use snapshot::{Direction, KeyIter, KeyLenIter, ScanIter, Snapshot};
 pub use stats::{SegmentStats, Stats};

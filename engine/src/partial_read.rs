@@ -28,6 +28,17 @@ pub type RangeRequest<'k> = (&'k [u8], Range<usize>);
 /// Where a done part goes: its index, its length (`None`: no such key), its buffer.
 pub(crate) type OnPart<'c> = dyn FnMut(usize, Option<usize>, &mut [u8]) + 'c;
 
+/// Where [`crate::Db::multi_get_ranges_to`] puts what it reads: the caller owns the
+/// buffers and hears of each part as soon as it is complete, so it can use a buffer
+/// that holds several parts (a file read of several chunks) once all of them are in.
+pub trait PartSink {
+    /// The buffer for part `i`: at least as long as its range.
+    fn buf(&mut self, i: usize) -> &mut [u8];
+    /// Part `i` is complete: its first `len` bytes are in its buffer (`None`: no such
+    /// key). Called once per part; nothing is written to its buffer afterwards.
+    fn done(&mut self, i: usize, len: Option<usize>);
+}
+
 /// A part of a value in a paged block whose head is not cached.
 struct Cold {
     slot: usize,
@@ -77,19 +88,30 @@ impl Inner {
                 reqs.len()
             )));
         }
-        for (i, ((_, r), b)) in reqs.iter().zip(bufs.iter()).enumerate() {
-            if b.len() < r.len() {
+        self.multi_get_ranges_to(coll, reqs, snap, &mut Slices { bufs, on_part })
+    }
+
+    /// Like [`Self::multi_get_ranges_each`], with the buffers and the news of each
+    /// done part in `sink`.
+    pub(crate) fn multi_get_ranges_to(
+        &self,
+        coll: CollId,
+        reqs: &[RangeRequest<'_>],
+        snap: Seqno,
+        sink: &mut (impl PartSink + ?Sized),
+    ) -> Result<()> {
+        for (i, (_, r)) in reqs.iter().enumerate() {
+            let have = sink.buf(i).len();
+            if have < r.len() {
                 return Err(Error::InvalidArgument(format!(
-                    "buffer {i} holds {} bytes, less than the {} of its range",
-                    b.len(),
+                    "buffer {i} holds {have} bytes, less than the {} of its range",
                     r.len()
                 )));
             }
         }
-        let mut out = Slices {
-            bufs,
+        let mut out = Sunk {
+            sink,
             lens: vec![None; reqs.len()],
-            on_part,
         };
         self.ranges_into(coll, reqs, snap, &mut out)
     }
@@ -439,24 +461,39 @@ impl Parts for Vec<Option<Vec<u8>>> {
     }
 }
 
-/// The caller's buffers, the length of each found part, and where done parts go.
-struct Slices<'a, 'b, 'c> {
-    bufs: &'a mut [&'b mut [u8]],
+/// A caller's sink and the length of each found part.
+struct Sunk<'s, S: PartSink + ?Sized> {
+    sink: &'s mut S,
     lens: Vec<Option<usize>>,
-    on_part: &'c mut OnPart<'c>,
 }
 
-impl Parts for Slices<'_, '_, '_> {
+impl<S: PartSink + ?Sized> Parts for Sunk<'_, S> {
     fn open(&mut self, slot: usize, len: usize) {
         self.lens[slot] = Some(len);
     }
 
     fn place(&mut self, slot: usize, at: usize, bytes: &[u8]) {
-        self.bufs[slot][at..at + bytes.len()].copy_from_slice(bytes);
+        self.sink.buf(slot)[at..at + bytes.len()].copy_from_slice(bytes);
     }
 
     fn done(&mut self, slot: usize) {
-        (self.on_part)(slot, self.lens[slot], self.bufs[slot]);
+        self.sink.done(slot, self.lens[slot]);
+    }
+}
+
+/// The caller's buffers, one per part, and where done parts go.
+struct Slices<'a, 'b, 'c> {
+    bufs: &'a mut [&'b mut [u8]],
+    on_part: &'c mut OnPart<'c>,
+}
+
+impl PartSink for Slices<'_, '_, '_> {
+    fn buf(&mut self, i: usize) -> &mut [u8] {
+        self.bufs[i]
+    }
+
+    fn done(&mut self, i: usize, len: Option<usize>) {
+        (self.on_part)(i, len, self.bufs[i]);
     }
 }
 

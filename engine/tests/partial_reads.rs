@@ -145,6 +145,85 @@ fn a_part_is_handed_on_once_its_own_reads_land_not_after_the_whole_batch() {
     }
 }
 
+/// A file read of four chunks: every part goes into one buffer of the sink's.
+struct OneBuffer {
+    buf: Vec<u8>,
+    /// Offset of each part in `buf`, and its range's length.
+    at: Vec<(usize, usize)>,
+    done: Vec<Option<Option<usize>>>,
+}
+
+impl basalt_engine::PartSink for OneBuffer {
+    fn buf(&mut self, i: usize) -> &mut [u8] {
+        let (at, len) = self.at[i];
+        &mut self.buf[at..at + len]
+    }
+
+    fn done(&mut self, i: usize, len: Option<usize>) {
+        assert!(self.done[i].is_none(), "part {i} reported twice");
+        self.done[i] = Some(len);
+    }
+}
+
+#[test]
+fn parts_put_into_one_sink_buffer_assemble_the_values_and_are_each_reported_once() {
+    for backend in [IoBackend::IoUring, IoBackend::Psync] {
+        let (_dir, db) = cold_chunks(4, backend);
+        let keys: Vec<[u8; 8]> = (0..5u64).map(|k| k.to_be_bytes()).collect();
+        // Chunks 0-3 whole, then the middle of chunk 2 again and a missing key.
+        let refs: Vec<(&[u8], Range<usize>)> = vec![
+            (&keys[0], 0..65_536),
+            (&keys[1], 0..65_536),
+            (&keys[2], 0..65_536),
+            (&keys[3], 0..65_536),
+            (&keys[2], 1000..5096),
+            (&keys[4], 0..100),
+        ];
+        let mut at = Vec::new();
+        let mut off = 0;
+        for (_, r) in &refs {
+            at.push((off, r.len()));
+            off += r.len();
+        }
+        let mut sink = OneBuffer {
+            buf: vec![0xa5; off],
+            at,
+            done: vec![None; refs.len()],
+        };
+        db.multi_get_ranges_to("c", &refs, &mut sink).unwrap();
+        let want: Vec<u8> = (0..4u64)
+            .flat_map(|k| noise(65_536, k))
+            .chain(noise(65_536, 2)[1000..5096].iter().copied())
+            .collect();
+        assert!(
+            sink.buf[..want.len()] == want[..],
+            "{backend:?}: the four chunks and the part of chunk 2, in place"
+        );
+        let lens: Vec<Option<Option<usize>>> = sink.done.clone();
+        assert_eq!(
+            lens,
+            [
+                Some(Some(65_536)),
+                Some(Some(65_536)),
+                Some(Some(65_536)),
+                Some(Some(65_536)),
+                Some(Some(4096)),
+                Some(None)
+            ],
+            "{backend:?}: every part reported once with its length, the missing key as None"
+        );
+        let mut short = OneBuffer {
+            buf: vec![0; 10],
+            at: vec![(0, 10)],
+            done: vec![None],
+        };
+        let err = db
+            .multi_get_ranges_to("c", &[(&keys[0][..], 0..11)], &mut short)
+            .unwrap_err();
+        assert!(err.to_string().contains("holds 10 bytes"), "{err}");
+    }
+}
+
 #[test]
 fn a_buffer_shorter_than_its_range_or_a_missing_buffer_is_refused() {
     let (_dir, db) = cold_chunks(1, IoBackend::Psync);

@@ -598,23 +598,25 @@ pub enum ReadSource {
     },
 }
 
-/// Read buffers this thread has replied from, for its next reads.
-const KEPT_READ_BUFFERS: usize = 2;
+/// Read buffers this thread has replied from, for its next reads: the kernel's
+/// readahead sends up to eight 1 MiB reads at once (two 4 MiB windows), which a pool
+/// thread takes as one batch, each read assembled in a buffer of its own.
+const KEPT_READ_BUFFERS: usize = 8;
 
 thread_local! {
     static READ_BUFFERS: std::cell::RefCell<Vec<Vec<u8>>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// A buffer of `len` bytes for a read's result. One this thread gave back is reused
-/// with its old bytes in place (no zeroing, no fresh pages): the read overwrites all.
+/// A buffer of at least `len` bytes for a read's result (use its first `len`). One this
+/// thread gave back is reused with its old bytes in place (no zeroing, no fresh pages:
+/// the read overwrites what it uses); it keeps the length it had, so a short read
+/// taking a 1 MiB buffer does not make the next long read zero it again.
 fn read_buffer(len: usize) -> Vec<u8> {
     let mut b = READ_BUFFERS
         .with(|p| p.borrow_mut().pop())
         .unwrap_or_default();
-    if b.len() >= len {
-        b.truncate(len);
-    } else {
+    if b.len() < len {
         b.resize(len, 0);
     }
     b
@@ -660,76 +662,288 @@ impl ReadPlan {
         self.parts.iter().all(|p| matches!(p, ReadSource::Bytes(_)))
     }
 
-    /// Executes many reads with one engine `multi_get_ranges_each` per collection (one
+    /// Executes many reads with one engine `multi_get_ranges_to` per collection (one
     /// io_uring submission for all their pieces; a piece of a large chunk reads only
     /// the pages that hold it) and hands each read's bytes to `done` with its tag as
-    /// soon as they are complete: a read that is one engine piece as its pages land
-    /// (its reply need not wait for the batch's slower reads), any other once the
-    /// batch's reads are done. Each read is assembled in one buffer of its final size,
-    /// the engine writing every piece in place.
+    /// soon as all its pieces are in: a 1 MiB read of sixteen chunks is answered when
+    /// its own sixteen have landed, not when the batch's other reads have. Each read is
+    /// assembled in one buffer of its final size, the engine writing every piece in
+    /// place.
     pub fn execute_each<T>(
         jobs: Vec<(ReadPlan, T)>,
         db: &basalt_engine::Db,
-        mut done: impl FnMut(T, Result<&[u8], Errno>),
+        done: impl FnMut(T, Result<&[u8], Errno>),
     ) {
-        let (plans, tags): (Vec<ReadPlan>, Vec<T>) = jobs.into_iter().unzip();
-        let mut tags: Vec<Option<T>> = tags.into_iter().map(Some).collect();
-        let single: Vec<bool> = plans
-            .iter()
-            .map(|p| matches!(p.parts.as_slice(), [ReadSource::Key { .. }]))
-            .collect();
-        let mut outs: Vec<Vec<u8>> = plans.iter().map(|p| read_buffer(p.len())).collect();
-        // Per collection: the engine pieces, the parts of `outs` they go to, and the
-        // read each belongs to.
-        type Pieces<'a> = (
-            Vec<basalt_engine::RangeRequest<'a>>,
-            Vec<&'a mut [u8]>,
-            Vec<usize>,
-        );
-        let mut by_coll: BTreeMap<&str, Pieces> = BTreeMap::new();
-        for (n, (p, out)) in plans.iter().zip(outs.iter_mut()).enumerate() {
-            let mut rest = &mut out[..];
-            for part in &p.parts {
-                let (here, tail) = std::mem::take(&mut rest).split_at_mut(part.len());
-                rest = tail;
+        let mut reads = Assembly {
+            lens: Vec::with_capacity(jobs.len()),
+            outs: Vec::with_capacity(jobs.len()),
+            tags: Vec::with_capacity(jobs.len()),
+            left: vec![0; jobs.len()],
+            done,
+        };
+        let mut pieces: Vec<Piece> = Vec::new();
+        // Per collection: the engine pieces, as indices into `reads.pieces`.
+        let mut by_coll: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (n, (p, tag)) in jobs.into_iter().enumerate() {
+            let len = p.len();
+            let mut out = read_buffer(len);
+            let mut at = 0;
+            for part in p.parts {
+                let plen = part.len();
                 match part {
-                    ReadSource::Bytes(b) => here.copy_from_slice(b),
+                    ReadSource::Bytes(b) => out[at..at + plen].copy_from_slice(&b),
                     ReadSource::Key { key, a, z } => {
-                        let (reqs, bufs, owner) = by_coll.entry(&p.coll).or_default();
-                        reqs.push((key, *a..*z));
-                        bufs.push(here);
-                        owner.push(n);
+                        by_coll
+                            .entry(p.coll.clone())
+                            .or_default()
+                            .push(pieces.len());
+                        pieces.push(Piece {
+                            read: n,
+                            at,
+                            key,
+                            range: a..z,
+                        });
+                        reads.left[n] += 1;
                     }
                 }
+                at += plen;
+            }
+            reads.lens.push(len);
+            reads.outs.push(out);
+            reads.tags.push(Some(tag));
+        }
+        for n in 0..reads.tags.len() {
+            if reads.left[n] == 0 {
+                reads.answer(n, Ok(()));
             }
         }
-        // A missing key or a piece past the value's end reads as zeros (a hole). Every
-        // byte of every buffer is written: a reused buffer holds an earlier read's bytes.
-        let mut failed: Vec<Option<Errno>> = vec![None; plans.len()];
-        for (coll, (reqs, mut bufs, owner)) in by_coll {
-            let got = db.multi_get_ranges_each(coll, &reqs, &mut bufs, |i, len, buf| {
-                buf[len.unwrap_or(0)..].fill(0);
-                if single[owner[i]] {
-                    if let Some(t) = tags[owner[i]].take() {
-                        done(t, Ok(buf));
-                    }
-                }
-            });
+        for (coll, ids) in by_coll {
+            let reqs: Vec<basalt_engine::RangeRequest<'_>> = (ids.iter())
+                .map(|&i| (&pieces[i].key[..], pieces[i].range.clone()))
+                .collect();
+            let mut sink = CollSink {
+                ids: &ids,
+                pieces: &pieces,
+                reads: &mut reads,
+            };
+            let got = db.multi_get_ranges_to(&coll, &reqs, &mut sink);
             if let Err(err) = got {
-                let errno = engine_err(coll, reqs[0].0, &err);
-                for &n in &owner {
-                    failed[n] = Some(errno);
+                // Reads answered before the error keep their answer; the rest fail.
+                let errno = engine_err(&coll, reqs[0].0, &err);
+                for &i in &ids {
+                    reads.answer(pieces[i].read, Err(errno));
                 }
             }
         }
-        for (n, out) in outs.into_iter().enumerate() {
-            if let Some(t) = tags[n].take() {
-                match failed[n] {
-                    Some(errno) => done(t, Err(errno)),
-                    None => done(t, Ok(&out)),
-                }
-            }
+        for out in reads.outs {
             recycle_read_buffer(out);
         }
+    }
+}
+
+/// One engine piece of a read: bytes `range` of the value at `key`, placed at `at` of
+/// the read's buffer.
+struct Piece {
+    read: usize,
+    at: usize,
+    key: Vec<u8>,
+    range: std::ops::Range<usize>,
+}
+
+/// The reads of one [`ReadPlan::execute_each`]: each read's buffer and length, its
+/// tag until it is answered, and how many of its pieces are still being read.
+struct Assembly<T, F: FnMut(T, Result<&[u8], Errno>)> {
+    lens: Vec<usize>,
+    outs: Vec<Vec<u8>>,
+    tags: Vec<Option<T>>,
+    left: Vec<usize>,
+    done: F,
+}
+
+impl<T, F: FnMut(T, Result<&[u8], Errno>)> Assembly<T, F> {
+    /// Answers read `n` (once: later calls do nothing).
+    fn answer(&mut self, n: usize, r: Result<(), Errno>) {
+        if let Some(t) = self.tags[n].take() {
+            (self.done)(t, r.map(|()| &self.outs[n][..self.lens[n]]));
+        }
+    }
+}
+
+/// The engine's view of one collection's pieces: piece `i` of the engine call is
+/// `pieces[ids[i]]`.
+struct CollSink<'a, T, F: FnMut(T, Result<&[u8], Errno>)> {
+    ids: &'a [usize],
+    pieces: &'a [Piece],
+    reads: &'a mut Assembly<T, F>,
+}
+
+impl<T, F: FnMut(T, Result<&[u8], Errno>)> basalt_engine::PartSink for CollSink<'_, T, F> {
+    fn buf(&mut self, i: usize) -> &mut [u8] {
+        let p = &self.pieces[self.ids[i]];
+        let len = p.range.len();
+        &mut self.reads.outs[p.read][p.at..p.at + len]
+    }
+
+    fn done(&mut self, i: usize, len: Option<usize>) {
+        // A missing key or a piece past the value's end reads as zeros (a hole). Every
+        // byte of the read is written: a reused buffer holds an earlier read's bytes.
+        let got = len.unwrap_or(0);
+        self.buf(i)[got..].fill(0);
+        let n = self.pieces[self.ids[i]].read;
+        self.reads.left[n] -= 1;
+        if self.reads.left[n] == 0 {
+            self.reads.answer(n, Ok(()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_buffer_given_back_serves_shorter_and_then_longer_reads_without_regrowing() {
+        let mut big = read_buffer(1 << 20);
+        assert_eq!(big.len(), 1 << 20);
+        big[(1 << 20) - 1] = 7;
+        let ptr = big.as_ptr();
+        recycle_read_buffer(big);
+        let small = read_buffer(4096);
+        assert!(small.len() >= 4096);
+        assert_eq!(small.as_ptr(), ptr, "the kept buffer is reused");
+        recycle_read_buffer(small);
+        let again = read_buffer(1 << 20);
+        assert_eq!(again.as_ptr(), ptr);
+        assert_eq!(
+            again[(1 << 20) - 1],
+            7,
+            "the short read did not shrink it: the long read finds its bytes, not zeros"
+        );
+    }
+
+    #[test]
+    fn a_thread_keeps_a_bounded_number_of_read_buffers() {
+        recycle_read_buffer(vec![0; (2 << 20) + 1]);
+        assert_eq!(
+            READ_BUFFERS.with(|p| p.borrow().len()),
+            0,
+            "over 2 MiB: freed"
+        );
+        let bufs: Vec<Vec<u8>> = (0..KEPT_READ_BUFFERS + 3)
+            .map(|_| read_buffer(64))
+            .collect();
+        for b in bufs {
+            recycle_read_buffer(b);
+        }
+        assert_eq!(READ_BUFFERS.with(|p| p.borrow().len()), KEPT_READ_BUFFERS);
+    }
+}
+
+#[cfg(test)]
+mod execute_tests {
+    use super::*;
+    use crate::noise;
+    use basalt_engine::{Db, Options};
+
+    fn key_part(key: &str, a: usize, z: usize) -> ReadSource {
+        ReadSource::Key {
+            key: key.as_bytes().to_vec(),
+            a,
+            z,
+        }
+    }
+
+    fn plan(parts: Vec<ReadSource>) -> ReadPlan {
+        ReadPlan {
+            coll: "c".into(),
+            parts,
+        }
+    }
+
+    /// A data directory with collection `c` holding two 64 KiB values, `a` and `b`,
+    /// opened again with `opts`.
+    fn two_values(opts: Options) -> (tempfile::TempDir, Db) {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = Db::open(dir.path(), Options::default()).unwrap();
+            let c = db.create_collection("c").unwrap();
+            c.put(b"a", &noise(1, 65_536)).unwrap();
+            c.put(b"b", &noise(2, 65_536)).unwrap();
+            db.flush().unwrap();
+        }
+        let db = Db::open(dir.path(), opts).unwrap();
+        (dir, db)
+    }
+
+    #[test]
+    fn each_read_is_answered_once_with_its_pieces_in_order_and_holes_as_zeros() {
+        let (_dir, db) = two_values(Options::default());
+        // Dirty buffers on this thread: every byte of a reused one must be overwritten.
+        for _ in 0..KEPT_READ_BUFFERS {
+            recycle_read_buffer(vec![0xee; 200_000]);
+        }
+        let jobs = vec![
+            (
+                plan(vec![
+                    key_part("a", 4096, 8192),
+                    ReadSource::Bytes(vec![9; 10]),
+                    key_part("b", 0, 65_536),
+                ]),
+                0,
+            ),
+            (plan(vec![ReadSource::Bytes(vec![1, 2, 3])]), 1),
+            // A missing key and a piece past a value's end: holes.
+            (
+                plan(vec![key_part("zz", 0, 100), key_part("a", 65_000, 66_000)]),
+                2,
+            ),
+        ];
+        let mut got: Vec<(usize, Vec<u8>)> = Vec::new();
+        ReadPlan::execute_each(jobs, &db, |tag, r| got.push((tag, r.unwrap().to_vec())));
+        got.sort_by_key(|g| g.0);
+        let mut want0 = noise(1, 65_536)[4096..8192].to_vec();
+        want0.extend([9; 10]);
+        want0.extend(noise(2, 65_536));
+        let mut want2 = vec![0u8; 100];
+        want2.extend(&noise(1, 65_536)[65_000..]);
+        want2.resize(100 + 1000, 0);
+        assert_eq!(got.len(), 3, "each read answered once");
+        assert!(got[0].1 == want0, "read 0: two engine pieces around bytes");
+        assert_eq!(got[1].1, [1, 2, 3], "read 1: bytes only");
+        assert!(got[2].1 == want2, "read 2: holes read as zeros");
+    }
+
+    #[test]
+    fn a_read_of_several_pieces_is_answered_when_its_own_land_not_after_the_batch() {
+        let (_dir, db) = two_values(Options {
+            warm_index_cache: false,
+            ..Options::default()
+        });
+        // b's block head is cached, a's is not: the engine reads a's pieces with its
+        // head first, then b's piece in a second round trip.
+        db.collection("c").unwrap().get_range(b"b", 0..10).unwrap();
+        let reads = || db.stats().device_reads;
+        let before = reads();
+        let jobs = vec![
+            (
+                plan(vec![
+                    key_part("a", 8192, 12_288),
+                    key_part("a", 12_288, 16_384),
+                ]),
+                "a",
+            ),
+            (plan(vec![key_part("b", 32_768, 36_864)]), "b"),
+        ];
+        let mut when = Vec::new();
+        ReadPlan::execute_each(jobs, &db, |tag, r| {
+            assert!(r.is_ok());
+            when.push((tag, reads() - before));
+        });
+        let total = reads() - before;
+        assert_eq!(when[0].0, "a", "{when:?}");
+        assert!(
+            when[0].1 < total,
+            "the two-piece read waited for the other read's device read: {when:?}, {total} reads"
+        );
     }
 }

@@ -32,3 +32,17 @@ pub use mount::{
     force_unmount, is_stale_mount, mount, mount_null, readahead_file, MountConfig, MountHandle,
     DEFAULT_READAHEAD_KB,
 };
+
+/// Incompressible bytes (a xorshift stream), for the unit tests.
+#[cfg(test)]
+pub(crate) fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}

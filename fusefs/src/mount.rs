@@ -684,6 +684,7 @@ pub fn force_unmount(mountpoint: &Path) -> Result<(), FsError> {
 mod tests {
     use super::*;
     use crate::layout::Storage;
+    use crate::noise;
     use std::ffi::OsStr;
 
     fn parse(opts: &str) -> Result<FsOptions, FsError> {
@@ -728,19 +729,6 @@ mod tests {
             Some(Pinning::Unpinned)
         );
         assert_eq!(o.attr_ttl, Duration::from_millis(2500));
-    }
-
-    /// Incompressible bytes (a xorshift stream).
-    fn noise(seed: u64, len: usize) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
     }
 
     /// Mounting sizes every document from the engine's index: it reads no file's data,

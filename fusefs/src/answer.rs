@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request,
 };
 
 use basalt_engine::Db;
@@ -74,6 +74,10 @@ pub trait AnsAttr: AnsError {
 
 pub trait AnsEmpty: AnsError {
     fn ok(self);
+}
+
+pub trait AnsLseek: AnsError {
+    fn offset(self, offset: i64);
 }
 
 pub trait AnsOpen: AnsError {
@@ -190,6 +194,7 @@ fuser_error!(
     ReplyEntry,
     ReplyAttr,
     ReplyEmpty,
+    ReplyLseek,
     ReplyOpen,
     ReplyCreate,
     ReplyWrite,
@@ -215,6 +220,12 @@ impl AnsAttr for ReplyAttr {
 impl AnsEmpty for ReplyEmpty {
     fn ok(self) {
         ReplyEmpty::ok(self)
+    }
+}
+
+impl AnsLseek for ReplyLseek {
+    fn offset(self, offset: i64) {
+        ReplyLseek::offset(self, offset)
     }
 }
 
@@ -332,6 +343,12 @@ impl AnsAttr for Ring<'_, '_> {
 
 impl AnsEmpty for Ring<'_, '_> {
     fn ok(self) {}
+}
+
+impl AnsLseek for Ring<'_, '_> {
+    fn offset(self, offset: i64) {
+        ring::Reply::offset(self, offset)
+    }
 }
 
 impl AnsOpen for Ring<'_, '_> {

@@ -12,13 +12,13 @@ use std::time::{Duration, SystemTime};
 use fuser::{
     AccessFlags, Errno as FErrno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
     Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::answer::{
-    AnsAttr, AnsCreate, AnsData, AnsDir, AnsDirPlus, AnsEmpty, AnsEntry, AnsOpen, AnsRead,
-    AnsStatfs, AnsWrite, AnsXattr, Pooled, Who,
+    AnsAttr, AnsCreate, AnsData, AnsDir, AnsDirPlus, AnsEmpty, AnsEntry, AnsLseek, AnsOpen,
+    AnsRead, AnsStatfs, AnsWrite, AnsXattr, Pooled, Who,
 };
 use crate::external::{External, Forget};
 use crate::fs::{Caller, NewNode, ReadPlan};
@@ -66,6 +66,8 @@ pub struct FsOptions {
 enum Handle {
     File {
         ino: u64,
+        /// Opened for writing (counted in the node's `writers`).
+        write: bool,
     },
     Dir {
         entries: Vec<(u64, FileType, OsString)>,
@@ -883,6 +885,7 @@ impl BasaltFs {
             let fh = self.shared.add_handle(Handle::Virtual { data });
             return Ok((fh, FopenFlags::FOPEN_DIRECT_IO));
         }
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
         {
             let mut st = self.shared.lock();
             let n = st.node_mut(ino)?;
@@ -897,19 +900,25 @@ impl BasaltFs {
                 return Err(Errno(libc::ESTALE));
             }
             n.open += 1;
+            if write {
+                n.writers += 1;
+            }
         }
-        let fh = self.shared.add_handle(Handle::File { ino });
+        let fh = self.shared.add_handle(Handle::File { ino, write });
         Ok((fh, fopen_flags(flags)))
     }
 
     fn release_file(&self, fh: u64) -> Result<(), Errno> {
         let h = self.shared.handles().remove(&fh);
-        let Some(Handle::File { ino }) = h else {
+        let Some(Handle::File { ino, write }) = h else {
             return Ok(());
         };
         let mut st = self.shared.lock();
         let n = st.node_mut(ino)?;
         n.open = n.open.saturating_sub(1);
+        if write {
+            n.writers = n.writers.saturating_sub(1);
+        }
         if n.open == 0 && n.nlink == 0 {
             // Last close of an unlinked file: its data goes now.
             let mut b = crate::state::Batch::default();
@@ -1638,6 +1647,31 @@ impl BasaltFs {
         })();
         reply_empty(reply, r);
     }
+
+    pub(crate) fn do_lseek(
+        &self,
+        _req: &Who,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: impl AnsLseek,
+    ) {
+        self.shared.requests.count(Op::Lseek);
+        if let Some(Handle::Virtual { data }) = self.shared.handles().get(&fh.0) {
+            // A view's file is all data: its handle holds the bytes it shows.
+            let (len, off) = (data.len() as i64, offset);
+            return match whence {
+                _ if off < 0 || off >= len => reply.error(FErrno::from_i32(libc::ENXIO)),
+                libc::SEEK_DATA => reply.offset(off),
+                _ => reply.offset(len),
+            };
+        }
+        match self.shared.lock().seek_data_hole(ino.0, offset, whence) {
+            Ok(at) => reply.offset(at),
+            Err(e) => reply.error(ferr(e)),
+        }
+    }
 }
 
 impl Filesystem for BasaltFs {
@@ -1975,6 +2009,18 @@ impl Filesystem for BasaltFs {
         reply: ReplyEmpty,
     ) {
         self.do_fallocate(&Who::from(req), ino, _fh, offset, length, mode, reply);
+    }
+
+    fn lseek(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        self.do_lseek(&Who::from(req), ino, fh, offset, whence, reply);
     }
 }
 

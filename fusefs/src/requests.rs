@@ -52,6 +52,7 @@ ops! {
     Access => "access",
     Create => "create",
     Fallocate => "fallocate",
+    Lseek => "lseek",
 }
 
 /// One relaxed counter per operation.

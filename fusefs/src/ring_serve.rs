@@ -148,8 +148,13 @@ impl ring::Serve for BasaltFs {
                 length,
                 mode,
             } => self.do_fallocate(w, ino, fh(h), offset, length, mode, reply),
+            Op::Lseek {
+                fh: h,
+                offset,
+                whence,
+            } => self.do_lseek(w, ino, fh(h), offset, whence, reply),
             // As `fuser` answers what `BasaltFs` does not implement (FUSE_STATX,
-            // locks, lseek, ioctl...).
+            // locks, ioctl...).
             Op::Other(_) => reply.error(libc::ENOSYS),
         }
     }

@@ -107,6 +107,9 @@ pub struct Node {
     pub lookups: u64,
     /// Open file handles.
     pub open: u32,
+    /// Open file handles that can write (the kernel may hold dirty pages and a size
+    /// this daemon has not seen while one is open).
+    pub writers: u32,
     /// Inode and name records exist in the engine.
     pub persisted: bool,
     /// Attributes changed since the inode record was last written.
@@ -170,6 +173,7 @@ impl Node {
             subdirs: 0,
             lookups: 0,
             open: 0,
+            writers: 0,
             persisted: false,
             meta_dirty: false,
             dirty: BTreeMap::new(),
@@ -807,6 +811,58 @@ impl State {
         }
         self.dirty_nodes.remove(&ino);
         Ok(())
+    }
+
+    /// `lseek(SEEK_DATA)` / `lseek(SEEK_HOLE)` from `off`: a chunk that is stored,
+    /// patched or dirty is data up to the file's size, a missing chunk a hole, an
+    /// inline file all data, and the end of the file a hole. While a handle that can
+    /// write is open the kernel may hold dirty pages and a larger size than this
+    /// daemon knows (writeback cache), so then every offset is data and the first
+    /// hole is at the known size (or `off` past it): a sparse-aware copy still reads
+    /// everything. ENXIO for SEEK_DATA at or past the end, as ext4.
+    pub fn seek_data_hole(&self, ino: u64, off: i64, whence: i32) -> Result<i64, Errno> {
+        let n = self.node(ino)?;
+        if n.kind != Kind::File || !matches!(whence, libc::SEEK_DATA | libc::SEEK_HOLE) {
+            return Err(Errno(libc::EINVAL));
+        }
+        let off = u64::try_from(off).map_err(|_| Errno(libc::ENXIO))?;
+        let data = whence == libc::SEEK_DATA;
+        if n.writers > 0 {
+            return Ok(if data { off } else { off.max(n.size) } as i64);
+        }
+        if off >= n.size {
+            return Err(Errno(libc::ENXIO));
+        }
+        if n.storage == Storage::Inline {
+            return Ok(if data { off } else { n.size } as i64);
+        }
+        // Chunks holding data from `off`'s on: stored (not truncated away), patched
+        // or dirty, and starting before the end.
+        let (cs, first) = (n.chunk_size, off / n.chunk_size);
+        let last = (n.size - 1) / cs;
+        let coll = self.coll_name(n.coll)?;
+        let stale = n.delete_chunks_from.unwrap_or(u64::MAX);
+        let mut chunks: BTreeSet<u64> = (self.stored_chunk_keys(coll, n.fid, first)?.iter())
+            .filter_map(|k| layout::chunk_index(k, n.fid))
+            .filter(|&i| i < stale)
+            .collect();
+        chunks.extend(n.patches.keys().copied().filter(|&i| i < stale));
+        chunks.extend(n.dirty.keys().copied());
+        let mut from_first = chunks.range(first..=last).copied().peekable();
+        let at = if data {
+            match from_first.next() {
+                Some(i) if i == first => off,
+                Some(i) => i * cs,
+                None => return Err(Errno(libc::ENXIO)),
+            }
+        } else {
+            let mut c = first;
+            while from_first.next_if_eq(&c).is_some() {
+                c += 1;
+            }
+            (c * cs).clamp(off, n.size)
+        };
+        Ok(at as i64)
     }
 
     /// Keys of the stored chunks and patches of file `fid` from chunk `from` on.

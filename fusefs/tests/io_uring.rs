@@ -36,6 +36,13 @@ fn basalt_mount_over_io_uring_serves_files_that_the_engine_and_a_classic_mount_r
         std::fs::create_dir(&c).unwrap();
         std::fs::create_dir(c.join("sub")).unwrap();
         std::fs::write(c.join("big"), &big).unwrap();
+        // LSEEK (SEEK_DATA / SEEK_HOLE) is decoded and answered over the ring too.
+        common::write_sparse_file(&c.join("sparse"));
+        common::assert_sparse_map(
+            &std::fs::File::open(c.join("sparse")).unwrap(),
+            &format!("over io_uring ({pinning})"),
+        );
+        std::fs::remove_file(c.join("sparse")).unwrap();
         let mut f = std::fs::File::create(c.join("sub/small")).unwrap();
         f.write_all(&small).unwrap();
         f.sync_all().unwrap();

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use basalt_fusefs::{mount, MountHandle};
-use common::{assert_bytes, mount_config, open_db, pattern};
+use common::{assert_bytes, mount_config, mounted_with_collection_c, open_db, pattern};
 
 fn stats(mp: &Path) -> serde_json::Value {
     let s = std::fs::read_to_string(mp.join(".basalt/stats.json")).unwrap();
@@ -20,16 +20,6 @@ fn requests(mp: &Path, op: &str) -> u64 {
     stats(mp)["filesystem"]["requests"][op]
         .as_u64()
         .unwrap_or_else(|| panic!("no request count for {op}"))
-}
-
-/// A fresh data directory mounted with the default options, with collection `c`.
-fn mounted_with_collection_c() -> (tempfile::TempDir, std::path::PathBuf, MountHandle) {
-    let tmp = tempfile::tempdir().unwrap();
-    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
-    std::fs::create_dir_all(&mp).unwrap();
-    let h = mount(open_db(&data), mount_config(&mp)).unwrap();
-    std::fs::create_dir(mp.join("c")).unwrap();
-    (tmp, mp, h)
 }
 
 #[test]

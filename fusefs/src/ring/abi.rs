@@ -39,6 +39,7 @@ pub mod opcode {
     pub const FALLOCATE: u32 = 43;
     pub const READDIRPLUS: u32 = 44;
     pub const RENAME2: u32 = 45;
+    pub const LSEEK: u32 = 46;
 }
 
 /// `FUSE_GETATTR_FH` in [`GetattrIn::getattr_flags`]: `fh` is set.
@@ -252,6 +253,21 @@ pub struct FallocateIn {
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct LseekIn {
+    pub fh: u64,
+    pub offset: u64,
+    pub whence: u32,
+    pub padding: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct LseekOut {
+    pub offset: u64,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct FlushIn {
     pub fh: u64,
     pub unused: u32,
@@ -424,6 +440,8 @@ mod tests {
         assert_eq!(size_of::<Rename2In>(), 16);
         assert_eq!(size_of::<FallocateIn>(), 32);
         assert_eq!(size_of::<FlushIn>(), 24);
+        assert_eq!(size_of::<LseekIn>(), 24);
+        assert_eq!(size_of::<LseekOut>(), 8);
         assert_eq!(size_of::<RingHeaders>(), 288);
         assert_eq!(size_of::<CmdReq>(), 24);
     }

@@ -147,6 +147,12 @@ impl<'a> Reply<'a> {
         self.opened(fh, open_flags);
     }
 
+    pub fn offset(&mut self, offset: i64) {
+        self.put(&abi::LseekOut {
+            offset: offset as u64,
+        });
+    }
+
     pub fn written(&mut self, size: u32) {
         self.put(&abi::WriteOut { size, padding: 0 });
     }

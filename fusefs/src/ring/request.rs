@@ -189,6 +189,11 @@ pub enum Op<'a> {
         length: u64,
         mode: i32,
     },
+    Lseek {
+        fh: u64,
+        offset: i64,
+        whence: i32,
+    },
     /// An opcode this transport does not decode (answered ENOSYS).
     Other(u32),
 }
@@ -227,6 +232,7 @@ impl Op<'_> {
             Op::Access { .. } => "ACCESS",
             Op::Create { .. } => "CREATE",
             Op::Fallocate { .. } => "FALLOCATE",
+            Op::Lseek { .. } => "LSEEK",
             Op::Other(_) => "an unknown opcode",
         }
     }
@@ -449,6 +455,14 @@ pub fn decode<'a>(headers: &'a RingHeaders, payload: &'a [u8]) -> Result<Request
                     mode: a.mode as i32,
                 }
             }
+            opcode::LSEEK => {
+                let a = arg!(abi::LseekIn)?;
+                Op::Lseek {
+                    fh: a.fh,
+                    offset: a.offset as i64,
+                    whence: a.whence as i32,
+                }
+            }
             other => Op::Other(other),
         })
     })()
@@ -555,6 +569,23 @@ mod tests {
         assert!(
             matches!(r.op, Op::Symlink { name, target } if name == "link" && target == "/target/path")
         );
+
+        let l = abi::LseekIn {
+            fh: 5,
+            offset: 1 << 40,
+            whence: libc::SEEK_HOLE as u32,
+            padding: 0,
+        };
+        let h = headers(opcode::LSEEK, l.as_bytes());
+        let r = decode(&h, &[]).unwrap();
+        assert!(matches!(
+            r.op,
+            Op::Lseek {
+                fh: 5,
+                offset: 1_099_511_627_776,
+                whence: libc::SEEK_HOLE
+            }
+        ));
     }
 
     #[test]

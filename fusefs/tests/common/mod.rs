@@ -187,6 +187,17 @@ pub fn mount_config(mp: &Path) -> basalt_fusefs::MountConfig {
     }
 }
 
+/// A fresh data directory (`data` in the returned temporary directory) mounted at
+/// `mnt` with the default options, with collection `c`.
+pub fn mounted_with_collection_c() -> (tempfile::TempDir, PathBuf, basalt_fusefs::MountHandle) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
+    std::fs::create_dir_all(&mp).unwrap();
+    let h = basalt_fusefs::mount(open_db(&data), mount_config(&mp)).unwrap();
+    std::fs::create_dir(mp.join("c")).unwrap();
+    (tmp, mp, h)
+}
+
 pub fn open_db(dir: &Path) -> basalt_engine::Db {
     basalt_engine::Db::open(
         dir,
@@ -280,4 +291,103 @@ pub fn ring_served(log: &str) -> u64 {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no io_uring count in {log:?}"))
+}
+
+/// `lseek(fd, off, whence)`: the new offset, or the errno.
+pub fn seek(f: &std::fs::File, off: i64, whence: i32) -> Result<i64, i32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain syscall on an open descriptor.
+    let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    } else {
+        Ok(r)
+    }
+}
+
+/// Writes a sparse file at `p` with 64 KiB chunks: 4 KiB of data at 0 and at 1 MiB +
+/// 100, then a size of 3 MiB; returns its bytes. Data sits in chunks 0 and 16 only.
+pub fn write_sparse_file(p: &Path) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::create(p).unwrap();
+    let (a, b) = (pattern(31, 4096), pattern(32, 4096));
+    f.write_all_at(&a, 0).unwrap();
+    f.write_all_at(&b, (1 << 20) + 100).unwrap();
+    f.set_len(3 << 20).unwrap();
+    let mut want = vec![0u8; 3 << 20];
+    want[..4096].copy_from_slice(&a);
+    want[(1 << 20) + 100..(1 << 20) + 4196].copy_from_slice(&b);
+    want
+}
+
+/// `lseek(f, off, whence)` once it gives `want`, or what it gives after 10 s. The
+/// kernel sends the RELEASE of a closed handle in the background: until the daemon
+/// has it, the file counts as open for writing and is answered all data.
+pub fn seek_settled(
+    f: &std::fs::File,
+    off: i64,
+    whence: i32,
+    want: Result<i64, i32>,
+) -> Result<i64, i32> {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let got = seek(f, off, whence);
+        if got == want || std::time::Instant::now() > until {
+            return got;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// The data and holes of [`write_sparse_file`]'s file, asked through `f` once the
+/// writing handle's RELEASE has arrived: `SEEK_DATA` / `SEEK_HOLE` name its two data
+/// chunks.
+#[track_caller]
+pub fn assert_sparse_map(f: &std::fs::File, how: &str) {
+    let (k64, m1) = (64 << 10, 1 << 20);
+    let _ = seek_settled(f, 0, libc::SEEK_HOLE, Ok(k64));
+    let cases = [
+        (0, libc::SEEK_DATA, Ok(0), "data at the start"),
+        (0, libc::SEEK_HOLE, Ok(k64), "first hole after chunk 0"),
+        (
+            5000,
+            libc::SEEK_HOLE,
+            Ok(k64),
+            "hole after an offset inside chunk 0",
+        ),
+        (k64, libc::SEEK_DATA, Ok(m1), "next data: chunk 16"),
+        (
+            m1 + 50,
+            libc::SEEK_DATA,
+            Ok(m1 + 50),
+            "inside chunk 16: the offset itself",
+        ),
+        (m1, libc::SEEK_HOLE, Ok(m1 + k64), "hole after chunk 16"),
+        (
+            2 * m1,
+            libc::SEEK_HOLE,
+            Ok(2 * m1),
+            "inside a hole: the offset itself",
+        ),
+        (
+            m1 + k64,
+            libc::SEEK_DATA,
+            Err(libc::ENXIO),
+            "no data before the end",
+        ),
+        (3 * m1, libc::SEEK_DATA, Err(libc::ENXIO), "at the end"),
+        (3 * m1, libc::SEEK_HOLE, Err(libc::ENXIO), "at the end"),
+    ];
+    for (off, whence, want, what) in cases {
+        let name = if whence == libc::SEEK_DATA {
+            "SEEK_DATA"
+        } else {
+            "SEEK_HOLE"
+        };
+        assert_eq!(
+            seek(f, off, whence),
+            want,
+            "{how}: {name} from {off}: {what}"
+        );
+    }
 }

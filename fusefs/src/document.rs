@@ -200,19 +200,46 @@ pub(crate) fn data_keys(
         ),
     ];
     let mut out = Vec::new();
-    for (lo, mut hi) in ranges {
-        // Past every key of the prefix (those are 8 or 12 bytes longer).
-        hi.extend_from_slice(&[0xff; 13]);
-        let keys = coll.scan(
-            Bound::Included(&lo[..]),
-            Bound::Excluded(&hi[..]),
-            Direction::Forward,
-        )?;
-        for k in keys.keys() {
+    for (lo, prefix) in ranges {
+        for k in keys_from(coll, &lo, prefix)? {
             out.push(k?);
         }
     }
     Ok(out)
+}
+
+/// Indices of the stored chunks of file `fid` from chunk `from` on, in order, read
+/// from the index as the caller goes (it can stop at the first it needs).
+pub(crate) fn chunk_indices(
+    coll: &basalt_engine::Collection,
+    fid: u64,
+    from: u64,
+) -> Result<impl Iterator<Item = Result<u64, basalt_engine::Error>>, basalt_engine::Error> {
+    let keys = keys_from(
+        coll,
+        &layout::chunk_key(fid, from),
+        layout::chunk_key_prefix(fid),
+    )?;
+    Ok(keys.filter_map(move |k| match k {
+        Ok(k) => layout::chunk_index(&k, fid).map(Ok),
+        Err(e) => Some(Err(e)),
+    }))
+}
+
+/// The keys from `lo` on that start with `prefix`, in order.
+fn keys_from(
+    coll: &basalt_engine::Collection,
+    lo: &[u8],
+    mut prefix: Vec<u8>,
+) -> Result<basalt_engine::KeyIter, basalt_engine::Error> {
+    // Past every key of the prefix (those are 8 or 12 bytes longer).
+    prefix.extend_from_slice(&[0xff; 13]);
+    let scan = coll.scan(
+        Bound::Included(lo),
+        Bound::Excluded(&prefix[..]),
+        Direction::Forward,
+    )?;
+    Ok(scan.keys())
 }
 
 /// A scan over the user documents of a collection, in key order: every key from 0x01

@@ -837,30 +837,45 @@ impl State {
             return Ok(if data { off } else { n.size } as i64);
         }
         // Chunks holding data from `off`'s on: stored (not truncated away), patched
-        // or dirty, and starting before the end.
+        // or dirty, and starting before the end. Stored ones are read from the index
+        // only as far as the answer needs.
         let (cs, first) = (n.chunk_size, off / n.chunk_size);
         let last = (n.size - 1) / cs;
         let coll = self.coll_name(n.coll)?;
         let stale = n.delete_chunks_from.unwrap_or(u64::MAX);
-        let mut chunks: BTreeSet<u64> = (self.stored_chunk_keys(coll, n.fid, first)?.iter())
-            .filter_map(|k| layout::chunk_index(k, n.fid))
+        let in_memory: BTreeSet<u64> = (n.patches.keys().copied())
             .filter(|&i| i < stale)
+            .chain(n.dirty.keys().copied())
             .collect();
-        chunks.extend(n.patches.keys().copied().filter(|&i| i < stale));
-        chunks.extend(n.dirty.keys().copied());
-        let mut from_first = chunks.range(first..=last).copied().peekable();
+        let err = |e: basalt_engine::Error| engine_err(coll, &layout::chunk_key(n.fid, first), &e);
+        let db_coll = self.db.collection(coll).map_err(err)?;
+        let mut stored = crate::document::chunk_indices(&db_coll, n.fid, first)
+            .map_err(err)?
+            .filter(|i| i.as_ref().map_or(true, |&i| i < stale))
+            .peekable();
         let at = if data {
-            match from_first.next() {
+            let next_stored = stored.next().transpose().map_err(err)?;
+            let next_memory = in_memory.range(first..).next().copied();
+            match next_stored.into_iter().chain(next_memory).min() {
                 Some(i) if i == first => off,
-                Some(i) => i * cs,
-                None => return Err(Errno(libc::ENXIO)),
+                Some(i) if i <= last => i * cs,
+                _ => return Err(Errno(libc::ENXIO)),
             }
         } else {
             let mut c = first;
-            while from_first.next_if_eq(&c).is_some() {
-                c += 1;
+            loop {
+                if in_memory.contains(&c) {
+                    c += 1;
+                    continue;
+                }
+                match stored.next_if(|i| i.as_ref().map_or(true, |&i| i <= c)) {
+                    Some(Err(e)) => return Err(err(e)),
+                    Some(Ok(i)) if i == c => c += 1,
+                    Some(Ok(_)) => {} // below c: already counted
+                    None => break,
+                }
             }
-            (c * cs).clamp(off, n.size)
+            (c.saturating_mul(cs)).clamp(off, n.size)
         };
         Ok(at as i64)
     }

@@ -193,9 +193,9 @@ fn a_killed_daemon_is_seen_as_stale_even_with_the_roots_attributes_cached() {
     assert!(!common::is_mounted(&mp));
 }
 
-/// `chmod`, `chown` and `utimensat` of a file whose data is clean commit nothing at
-/// once (they go with the file's next flush: tar sets all three on every file), yet an
-/// fsync of another file makes them durable: after `kill -9` and a remount the file
+/// `chmod`, `chown` and `utimensat` of a file whose data is clean are committed at
+/// once (not left to the file's next flush: that made a source-tree untar slower), and
+/// an fsync of another file makes them durable: after `kill -9` and a remount the file
 /// has them.
 #[test]
 fn attribute_changes_before_an_fsync_of_another_file_survive_kill_9() {
@@ -236,10 +236,10 @@ fn attribute_changes_before_an_fsync_of_another_file_survive_kill_9() {
         unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), times.as_ptr(), 0) },
         0
     );
-    assert_eq!(
-        commits(),
-        before,
-        "chmod, chown and utimensat committed at once"
+    let after = commits();
+    assert!(
+        after >= before + 3,
+        "chmod, chown and utimensat: one engine commit each, at once ({before} -> {after})"
     );
     std::fs::OpenOptions::new()
         .write(true)

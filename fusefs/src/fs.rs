@@ -682,21 +682,19 @@ impl ReadPlan {
             done,
         };
         let mut pieces: Vec<Piece> = Vec::new();
-        // Per collection: the engine pieces, as indices into `reads.pieces`.
+        // Per collection: the engine pieces, as indices into `pieces`.
         let mut by_coll: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         for (n, (p, tag)) in jobs.into_iter().enumerate() {
             let len = p.len();
             let mut out = read_buffer(len);
             let mut at = 0;
+            let ids = by_coll.entry(p.coll).or_default();
             for part in p.parts {
                 let plen = part.len();
                 match part {
                     ReadSource::Bytes(b) => out[at..at + plen].copy_from_slice(&b),
                     ReadSource::Key { key, a, z } => {
-                        by_coll
-                            .entry(p.coll.clone())
-                            .or_default()
-                            .push(pieces.len());
+                        ids.push(pieces.len());
                         pieces.push(Piece {
                             read: n,
                             at,
@@ -718,6 +716,9 @@ impl ReadPlan {
             }
         }
         for (coll, ids) in by_coll {
+            if ids.is_empty() {
+                continue; // reads from memory only, answered above
+            }
             let reqs: Vec<basalt_engine::RangeRequest<'_>> = (ids.iter())
                 .map(|&i| (&pieces[i].key[..], pieces[i].range.clone()))
                 .collect();

@@ -612,10 +612,18 @@ impl Drop for MountHandle {
     fn drop(&mut self) {
         if self.unmounter.is_some() || self.session.is_some() {
             let _ = self.flush_and_sync();
-            if let Some(mut u) = self.unmounter.take() {
-                let _ = u.unmount();
+            let mut unmounted = self
+                .unmounter
+                .take()
+                .is_none_or(|mut u| u.unmount().is_ok());
+            // An aborted connection (a failed io_uring queue, `basalt umount --abort`)
+            // must not outlive its handle as a stale mount: detach it.
+            if !unmounted && is_stale_mount(&self.mountpoint) {
+                unmounted = force_unmount(&self.mountpoint).is_ok();
             }
-            if let Some(t) = self.session.take() {
+            // As in `unmount`: a refused unmount leaves the session serving; joining
+            // it would hang this drop.
+            if let Some(t) = self.session.take().filter(|_| unmounted) {
                 let _ = t.join();
             }
             self.stop_ring();

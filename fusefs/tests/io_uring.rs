@@ -256,13 +256,16 @@ fn a_failed_io_uring_queue_aborts_the_connection_instead_of_leaving_requests_wai
         "a later request: {later}"
     );
     drop(h);
+    // Generous: a loaded 2-core machine (CI running beside) took over 5 s once.
     let t0 = std::time::Instant::now();
-    while common::is_mounted(&mp) && t0.elapsed() < std::time::Duration::from_secs(5) {
+    while common::is_mounted(&mp) && t0.elapsed() < std::time::Duration::from_secs(30) {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    assert!(
-        !common::is_mounted(&mp),
-        "still mounted 5 s after the handle's drop"
-    );
+    let stale = common::is_mounted(&mp);
+    if stale {
+        // Leave no stale mount behind for the next run.
+        let _ = basalt_fusefs::force_unmount(&mp);
+    }
+    assert!(!stale, "still mounted 30 s after the handle's drop");
     println!("held request: {r:?}; later: {later}");
 }

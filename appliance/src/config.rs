@@ -132,6 +132,9 @@ pub struct EngineSection {
     pub warm_index_cache: bool,
     /// Retired segment files kept for reuse by new segments (0: delete them).
     pub recycle_segments: usize,
+    /// Flush the write cache after this long without writes if it holds a delete or
+    /// spans segments, so deleted space comes back while idle (0: only when full).
+    pub idle_flush_ms: u64,
     pub background_gc: bool,
 }
 
@@ -158,6 +161,7 @@ impl Default for EngineSection {
             cache_writes: d.cache_writes,
             warm_index_cache: d.warm_index_cache,
             recycle_segments: d.recycle_segments,
+            idle_flush_ms: d.idle_flush_ms,
             background_gc: d.background_gc,
         }
     }
@@ -195,6 +199,7 @@ impl EngineSection {
             cache_writes: self.cache_writes,
             warm_index_cache: self.warm_index_cache,
             recycle_segments: self.recycle_segments,
+            idle_flush_ms: self.idle_flush_ms,
             background_gc: self.background_gc,
             create_if_missing: true,
         }

@@ -24,9 +24,57 @@ use std::time::Duration;
 /// Background loop: flush rotated memtables (merges run in their own thread, so a
 /// long merge never holds up a flush and the writers behind it).
 pub fn flush_thread(inner: &Arc<Inner>) {
-    background_loop(inner, "index flush", flush_waiting, |inner| {
-        !inner.version.read().imm.is_empty()
-    });
+    let idle = IdleWatch::default();
+    background_loop(
+        inner,
+        "index flush",
+        |inner| {
+            if inner.version.read().imm.is_empty() && idle.due(inner) {
+                inner.rotate_memtable(&mut inner.writer.lock())?;
+                inner.stats.idle_flushes.fetch_add(1, Ordering::Relaxed);
+            }
+            flush_waiting(inner)
+        },
+        |inner| !inner.version.read().imm.is_empty() || idle.due(inner),
+    );
+}
+
+/// When the write cache is flushed although not full (option `idle_flush_ms`): once no
+/// commit has come for that long, if the active memtable holds a tombstone or began in
+/// a segment before the tail. Until its flush, GC can neither learn what its tombstones
+/// and overwrites made garbage nor collect the segments it replays from: deleting a
+/// 1 GiB file and then writing nothing kept all 1 GiB on disk, and a restart replays
+/// all of that log.
+#[derive(Default)]
+struct IdleWatch {
+    /// The commit count last seen and when it was first seen.
+    last: std::sync::Mutex<Option<(u64, std::time::Instant)>>,
+}
+
+impl IdleWatch {
+    fn due(&self, inner: &Inner) -> bool {
+        let idle_ms = inner.opts.idle_flush_ms;
+        if idle_ms == 0 || inner.read_only {
+            return false;
+        }
+        let now = inner.commit_no.load(Ordering::SeqCst);
+        let since = {
+            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            match *last {
+                Some((n, at)) if n == now => at,
+                _ => {
+                    *last = Some((now, std::time::Instant::now()));
+                    return false;
+                }
+            }
+        };
+        if since.elapsed() < Duration::from_millis(idle_ms) {
+            return false;
+        }
+        let active = inner.version.read().active.clone();
+        !active.is_empty()
+            && (active.tombstones() > 0 || active.start.seg != inner.writer.lock().seg.id)
+    }
 }
 
 /// Background loop: merge index runs (and purge dropped collections).

@@ -56,6 +56,8 @@ pub struct Memtable {
     bloom: SharedBloom,
     /// Charged bytes: the filter, then each entry.
     bytes: AtomicU64,
+    /// Tombstones inserted (each may make versions in the log garbage).
+    tombstones: AtomicU64,
 }
 
 impl Memtable {
@@ -70,6 +72,7 @@ impl Memtable {
             map: SkipMap::new(),
             bytes: AtomicU64::new(bloom.bytes() as u64),
             bloom,
+            tombstones: AtomicU64::new(0),
         }
     }
 
@@ -93,6 +96,9 @@ impl Memtable {
         if prev.is_none() {
             self.bytes
                 .fetch_add(ENTRY_OVERHEAD + key.len() as u64, Ordering::Relaxed);
+            if e.is_tombstone() {
+                self.tombstones.fetch_add(1, Ordering::Relaxed);
+            }
         }
         self.map.insert(k, e);
         self.bloom.insert(h);
@@ -102,6 +108,11 @@ impl Memtable {
     /// Bytes charged to the write cache.
     pub fn approx_bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Tombstones inserted.
+    pub fn tombstones(&self) -> u64 {
+        self.tombstones.load(Ordering::Relaxed)
     }
 
     pub fn len(&self) -> usize {

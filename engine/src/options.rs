@@ -112,6 +112,12 @@ pub struct Options {
     /// each kept file costs up to `segment_size` of disk. 0: delete retired segments.
     #[serde(default = "default_recycle")]
     pub recycle_segments: usize,
+    /// Flush the write cache once no write has come for this many milliseconds, if it
+    /// holds a delete or began in an earlier log segment than the tail, so that GC can
+    /// reclaim what was deleted or overwritten without waiting for more writes (and a
+    /// restart replays less log). 0: only when full.
+    #[serde(default = "default_idle_flush_ms")]
+    pub idle_flush_ms: u64,
     /// Run garbage collection in a background thread.
     pub background_gc: bool,
     /// Create the data directory when missing.
@@ -121,6 +127,13 @@ pub struct Options {
 fn yes() -> bool {
     true
 }
+
+fn default_idle_flush_ms() -> u64 {
+    DEFAULT_IDLE_FLUSH_MS
+}
+
+/// Default [`Options::idle_flush_ms`].
+pub const DEFAULT_IDLE_FLUSH_MS: u64 = 2000;
 
 fn default_recycle() -> usize {
     DEFAULT_RECYCLE_SEGMENTS
@@ -151,6 +164,7 @@ impl Default for Options {
             cache_writes: false,
             warm_index_cache: true,
             recycle_segments: DEFAULT_RECYCLE_SEGMENTS,
+            idle_flush_ms: DEFAULT_IDLE_FLUSH_MS,
             background_gc: true,
             create_if_missing: true,
         }

@@ -17,6 +17,7 @@ pub struct StatCounters {
     pub device_reads: AtomicU64,
     pub syncs: AtomicU64,
     pub flushes: AtomicU64,
+    pub idle_flushes: AtomicU64,
     pub merges: AtomicU64,
     pub gc_runs: AtomicU64,
     pub gc_bytes_moved: AtomicU64,
@@ -110,6 +111,9 @@ pub struct Stats {
     pub memtable_entries: usize,
     pub memtable_bytes: u64,
     pub flushes: u64,
+    /// Flushes of a write cache that was not full, after writes paused (option
+    /// `idle_flush_ms`; also counted in `flushes`).
+    pub idle_flushes: u64,
     pub merges: u64,
     pub gc_runs: u64,
     pub gc_bytes_moved: u64,
@@ -286,6 +290,7 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         memtable_entries: mem_entries,
         memtable_bytes: mem_tables,
         flushes: s.flushes.load(Ordering::Relaxed),
+        idle_flushes: s.idle_flushes.load(Ordering::Relaxed),
         merges: s.merges.load(Ordering::Relaxed),
         gc_runs: s.gc_runs.load(Ordering::Relaxed),
         gc_bytes_moved: s.gc_bytes_moved.load(Ordering::Relaxed),

@@ -49,13 +49,13 @@ pub fn gc_thread(inner: &Arc<Inner>) {
 /// `collectable_only`, only the garbage GC can collect now counts as dead.
 pub fn fill_pct(inner: &Inner, collectable_only: bool) -> (f64, u64) {
     let segs = inner.segments.read().clone();
-    let can = collectable(inner);
+    let can = collectable_only.then(|| collectable(inner));
     let g = inner.garbage.lock();
     let mut total = 0u64;
     let mut dead = 0u64;
     for s in segs.values() {
         total += s.raw_bytes.load(Ordering::Relaxed);
-        if !collectable_only || can(s) {
+        if can.as_ref().is_none_or(|can| can(s)) {
             dead += g.dead_bytes(s.id);
         }
     }

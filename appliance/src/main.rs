@@ -9,5 +9,8 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
+    if let Err(e) = basalt_fusefs::disable_transparent_huge_pages() {
+        eprintln!("basalt: cannot turn transparent huge pages off: {e}");
+    }
     std::process::exit(basalt_appliance::main_entry());
 }

@@ -367,6 +367,19 @@ fn mount_in_background_and_umount_sync_and_refuse_bad_input() {
     expect_code(&o, 0);
     assert!(stdout(&o).starts_with("mounted "), "{}", stdout(&o));
     assert!(mounted(&mnt));
+    // The daemon runs without transparent huge pages (PR_SET_THP_DISABLE).
+    let out = stdout(&o);
+    let pid = out
+        .split("(pid ")
+        .nth(1)
+        .and_then(|s| s.split(';').next())
+        .unwrap_or_else(|| panic!("no pid in {out:?}"));
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let thp = status.lines().find(|l| l.starts_with("THP_enabled:"));
+    assert!(
+        thp.is_none_or(|l| l.split_whitespace().nth(1) == Some("0")),
+        "daemon {pid}: {thp:?}"
+    );
     std::fs::create_dir(mnt.join("c")).unwrap();
     std::fs::write(mnt.join("c/k"), b"v").unwrap();
     assert_engine_syncs_periodically(&mnt, "c/many");

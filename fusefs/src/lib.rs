@@ -29,8 +29,8 @@ pub use connection::abort_mount as abort_connection;
 pub use document::{write_document, DocumentReader, DEFAULT_CHUNK_SIZE};
 pub use error::FsError;
 pub use mount::{
-    force_unmount, is_stale_mount, mount, mount_null, readahead_file, MountConfig, MountHandle,
-    DEFAULT_READAHEAD_KB,
+    disable_transparent_huge_pages, force_unmount, is_stale_mount, mount, mount_null,
+    readahead_file, MountConfig, MountHandle, DEFAULT_READAHEAD_KB,
 };
 
 /// Incompressible bytes (a xorshift stream), for the unit tests.

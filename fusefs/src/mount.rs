@@ -635,6 +635,21 @@ impl Drop for MountHandle {
     }
 }
 
+/// Turns transparent huge pages off for this process and its children
+/// (`PR_SET_THP_DISABLE`), as the daemons do first thing. Their allocator (mimalloc)
+/// asks for huge pages for its arenas and gives memory back in 64 KiB pieces, so the
+/// kernel zeroed whole 2 MiB pages again and again: 8% of the daemon's samples in
+/// `clear_page_erms` while creating 100,000 files; without huge pages creation ran
+/// 11% faster (medians of three interleaved rounds) on 8% less daemon CPU and 11%
+/// less peak RSS.
+pub fn disable_transparent_huge_pages() -> std::io::Result<()> {
+    // SAFETY: PR_SET_THP_DISABLE takes integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// True when `mountpoint` is a FUSE mount whose daemon is gone: `stat` or `statfs` fails
 /// with ENOTCONN. `stat` alone is not enough: the kernel answers it from the root's
 /// cached attributes (30 s here) without asking the dead daemon; `statfs` always asks.
@@ -701,6 +716,14 @@ mod tests {
             ..Default::default()
         };
         parse_options(&cfg).map(|(o, _)| o)
+    }
+
+    #[test]
+    fn transparent_huge_pages_are_off_for_the_process_after_the_call() {
+        disable_transparent_huge_pages().unwrap();
+        // SAFETY: PR_GET_THP_DISABLE takes integer arguments only.
+        let got = unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
+        assert_eq!(got, 1, "PR_GET_THP_DISABLE after the call");
     }
 
     #[test]

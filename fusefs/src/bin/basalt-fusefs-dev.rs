@@ -44,7 +44,14 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, std::sync::atomic::Ordering::SeqCst);
 }
 
+/// The `basalt` binary's allocator (see `appliance/src/main.rs`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
+    if let Err(e) = basalt_fusefs::disable_transparent_huge_pages() {
+        eprintln!("basalt-fusefs-dev: cannot turn transparent huge pages off: {e}");
+    }
     let mut args = std::env::args().skip(1);
     let null = match args.next().as_deref() {
         Some("mount") => false,

@@ -639,9 +639,9 @@ impl Drop for MountHandle {
 /// (`PR_SET_THP_DISABLE`), as the daemons do first thing. Their allocator (mimalloc)
 /// asks for huge pages for its arenas and gives memory back in 64 KiB pieces, so the
 /// kernel zeroed whole 2 MiB pages again and again: 8% of the daemon's samples in
-/// `clear_page_erms` while creating 100,000 files; without huge pages creation ran
-/// 11% faster (medians of three interleaved rounds) on 8% less daemon CPU and 11%
-/// less peak RSS.
+/// `clear_page_erms` while creating 100,000 files; with this call creation ran 9%
+/// faster (medians of three interleaved rounds) on 10% less daemon CPU and 15% less
+/// peak RSS (ARCHITECTURE.md, "Measurements behind the defaults").
 pub fn disable_transparent_huge_pages() -> std::io::Result<()> {
     // SAFETY: PR_SET_THP_DISABLE takes integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) } != 0 {

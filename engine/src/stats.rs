@@ -89,8 +89,11 @@ pub struct Stats {
     pub disk_bytes: u64,
     pub log_disk_bytes: u64,
     pub index_disk_bytes: u64,
-    /// disk_bytes / live_bytes.
-    pub space_amp: f64,
+    /// disk_bytes / live_bytes; `None` while live data is under
+    /// [`SPACE_AMP_MIN_LIVE`], where the fixed part of `disk_bytes` (the tail segment,
+    /// segment files kept for reuse, index runs) makes the ratio meaningless (a store
+    /// emptied by deletes once showed 1,254,281).
+    pub space_amp: Option<f64>,
     pub segments: Vec<SegmentStats>,
     pub index_runs: usize,
     pub index_entries: u64,
@@ -188,6 +191,14 @@ impl Stats {
     }
 }
 
+/// Live data below which [`Stats::space_amp`] is not given: 1 MiB.
+pub const SPACE_AMP_MIN_LIVE: u64 = 1 << 20;
+
+/// `disk / live`, once live data reaches [`SPACE_AMP_MIN_LIVE`].
+fn space_amp(disk: u64, live: u64) -> Option<f64> {
+    (live >= SPACE_AMP_MIN_LIVE).then(|| ratio(disk, live))
+}
+
 fn ratio(a: u64, b: u64) -> f64 {
     if b == 0 {
         0.0
@@ -279,7 +290,7 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         disk_bytes,
         log_disk_bytes: log_disk,
         index_disk_bytes: idx_disk,
-        space_amp: ratio(disk_bytes, live),
+        space_amp: space_amp(disk_bytes, live),
         segments,
         index_runs: v.runs.len(),
         index_entries: v.runs.iter().map(|r| r.entries).sum(),

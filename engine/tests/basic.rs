@@ -640,7 +640,7 @@ fn gc_reclaims_space_and_keeps_every_live_value() {
     };
     let db = Db::open(dir.path(), opts).unwrap();
     let c = db.create_collection("c").unwrap();
-    let val = |i: u32, r: u32| format!("{i}-{r}-{}", "v".repeat(300)).into_bytes();
+    let val = |i: u32, r: u32| format!("{i}-{r}-{}", "v".repeat(1100)).into_bytes();
     for r in 0..16 {
         for i in 0..1000u32 {
             c.put(&i.to_be_bytes(), &val(i, r)).unwrap();
@@ -648,10 +648,12 @@ fn gc_reclaims_space_and_keeps_every_live_value() {
         db.flush().unwrap();
     }
     let before = db.stats();
+    let amp_before = before
+        .space_amp
+        .expect("1.1 MB of live data: space-amp is given");
     assert!(
-        before.space_amp > 3.0,
-        "16 overwrites should leave garbage: {}",
-        before.space_amp
+        amp_before > 3.0,
+        "16 overwrites should leave garbage: {amp_before}"
     );
     db.wait_for_gc().unwrap();
     let after = db.stats();
@@ -668,11 +670,10 @@ fn gc_reclaims_space_and_keeps_every_live_value() {
         fill >= 0.6,
         "live fraction {fill} far below the 70% target after GC"
     );
+    let amp_after = after.space_amp.expect("the same live data after GC");
     assert!(
-        after.space_amp < before.space_amp / 2.0,
-        "space-amp {} -> {}",
-        before.space_amp,
-        after.space_amp
+        amp_after < amp_before / 2.0,
+        "space-amp {amp_before} -> {amp_after}"
     );
     for i in 0..1000u32 {
         assert_eq!(c.get(&i.to_be_bytes()).unwrap().unwrap(), val(i, 15));
@@ -847,5 +848,43 @@ fn stats_count_records_and_the_batches_that_committed_them() {
         (after.writes - before.writes, after.commits - before.commits),
         (5, 3),
         "a batch of three records, then one put and one delete"
+    );
+}
+
+#[test]
+fn space_amp_is_not_given_once_deletes_leave_almost_no_live_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        compression: Compression::None,
+        ..small_opts()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    let c = db.create_collection("c").unwrap();
+    let val = vec![7u8; 4096];
+    for i in 0..600u32 {
+        c.put(&i.to_be_bytes(), &val).unwrap();
+    }
+    db.flush().unwrap();
+    let full = db.stats();
+    assert!(full.live_bytes >= basalt_engine::SPACE_AMP_MIN_LIVE);
+    let amp = full.space_amp.expect("2.4 MB live: space-amp is given");
+    assert!(
+        (1.0..10.0).contains(&amp),
+        "disk {} / live {} gave {amp}",
+        full.disk_bytes,
+        full.live_bytes
+    );
+    for i in 1..600u32 {
+        c.delete(&i.to_be_bytes()).unwrap();
+    }
+    db.flush().unwrap();
+    db.wait_for_gc().unwrap();
+    let empty = db.stats();
+    assert!(empty.live_bytes < basalt_engine::SPACE_AMP_MIN_LIVE);
+    assert!(empty.disk_bytes > 0);
+    assert_eq!(
+        empty.space_amp, None,
+        "disk {} over {} live bytes is no amplification figure",
+        empty.disk_bytes, empty.live_bytes
     );
 }

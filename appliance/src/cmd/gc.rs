@@ -18,14 +18,14 @@ pub fn run(args: &GcArgs, out: &mut dyn Write) -> Result<i32> {
     let after = db.stats();
     writeln!(
         out,
-        "gc at target fill {}%: collected {collected} segment(s); moved {} bytes, reclaimed {} bytes; disk {} -> {} bytes (space-amp {:.2} -> {:.2})",
+        "gc at target fill {}%: collected {collected} segment(s); moved {} bytes, reclaimed {} bytes; disk {} -> {} bytes (space-amp {} -> {})",
         after.target_fill_pct,
         after.gc_bytes_moved - before.gc_bytes_moved,
         after.gc_bytes_reclaimed - before.gc_bytes_reclaimed,
         before.disk_bytes,
         after.disk_bytes,
-        before.space_amp,
-        after.space_amp
+        super::stats::space_amp(before.space_amp),
+        super::stats::space_amp(after.space_amp)
     )?;
     db.close()?;
     Ok(0)

@@ -5,6 +5,17 @@ use crate::store;
 use anyhow::Result;
 use std::io::Write;
 
+/// A store's space-amp, or why there is none.
+pub(crate) fn space_amp(amp: Option<f64>) -> String {
+    match amp {
+        Some(a) => format!("{a:.2}"),
+        None => format!(
+            "n/a (under {} of live data)",
+            mib(basalt_engine::SPACE_AMP_MIN_LIVE)
+        ),
+    }
+}
+
 fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
 }
@@ -39,11 +50,11 @@ pub fn run(args: &StatsArgs, out: &mut dyn Write) -> Result<i32> {
     writeln!(out, "live data        {}", mib(s.live_bytes))?;
     writeln!(
         out,
-        "disk             {} (log {}, index {}); space-amp {:.2}",
+        "disk             {} (log {}, index {}); space-amp {}",
         mib(s.disk_bytes),
         mib(s.log_disk_bytes),
         mib(s.index_disk_bytes),
-        s.space_amp
+        space_amp(s.space_amp)
     )?;
     writeln!(
         out,

@@ -499,6 +499,81 @@ impl ScanIter {
     }
 }
 
+/// Distinct blocks whose values [`ScanIter::gather`] reads in one go: bounds the
+/// decoded blocks held at once (a block is at most a few tens of KiB but for a large
+/// value's, which holds only that value).
+const GATHER_BLOCKS: usize = 512;
+
+impl ScanIter {
+    /// All of the scan's keys and values, in scan order, read block by block: the
+    /// index entries first, then every block holding any of the values once, in log
+    /// order. Where the scan's records lie scattered through the log among other data
+    /// (the file system's metadata among small files' contents), iterating reads a
+    /// block again for each batch of keys that needs it; this reads it once and
+    /// sequentially. Holds the whole result in memory: for scans whose values are
+    /// small, not for a collection of large documents.
+    pub fn gather(mut self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut entries = Vec::new();
+        while let Some(ke) = self.next_key_entry()? {
+            entries.push(ke);
+        }
+        let mut order: Vec<usize> = (0..entries.len()).collect();
+        order.sort_unstable_by_key(|&i| (entries[i].1.loc.seg, entries[i].1.loc.off));
+        let mut values: Vec<Option<Vec<u8>>> = vec![None; entries.len()];
+        let inner = self.snap.inner.clone();
+        let mut start = 0;
+        while start < order.len() {
+            // The next run of entries in at most GATHER_BLOCKS distinct blocks.
+            let (mut end, mut blocks) = (start, 0);
+            while end < order.len() {
+                let loc = entries[order[end]].1.loc;
+                let new_block = end == start || {
+                    let prev = entries[order[end - 1]].1.loc;
+                    (prev.seg, prev.off) != (loc.seg, loc.off)
+                };
+                if new_block {
+                    if blocks == GATHER_BLOCKS {
+                        break;
+                    }
+                    blocks += 1;
+                }
+                end += 1;
+            }
+            let run = &order[start..end];
+            let items = run
+                .iter()
+                .enumerate()
+                .map(|(j, &i)| Ok((j, entries[i].0.as_slice(), entries[i].1)));
+            let f = inner.fetch_values(self.coll, run.len(), items, Some(&self.snap.segs))?;
+            if let Some(&j) = f.retired.first() {
+                let e = entries[run[j]].1;
+                return Err(Error::corruption(
+                    crate::segment::segment_path(&inner.dir, e.loc.seg),
+                    e.loc.off,
+                    "scan found an index entry pointing to a segment that no longer exists",
+                ));
+            }
+            for (j, v) in f.values.into_iter().enumerate() {
+                values[run[j]] = v;
+            }
+            start = end;
+        }
+        entries
+            .into_iter()
+            .zip(values)
+            .map(|((key, e), v)| {
+                v.map(|v| (key, v)).ok_or_else(|| {
+                    Error::corruption(
+                        crate::segment::segment_path(&inner.dir, e.loc.seg),
+                        e.loc.off,
+                        "scan found no record where the index points",
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
 impl Iterator for KeyIter {
     type Item = Result<Vec<u8>>;
     fn next(&mut self) -> Option<Self::Item> {

@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
+use std::ops::Bound;
 use std::os::unix::ffi::OsStrExt;
 use std::time::SystemTime;
 
@@ -31,39 +32,55 @@ struct Records {
 /// Documents by key: length, and the manifest when the document is one.
 type Docs = BTreeMap<Vec<u8>, (u64, Option<Manifest>)>;
 
-/// Reads the three kinds of records of collection `c`, each by its own thread: inode and
-/// name records lie scattered in the log, so each scan waits on device reads that the
-/// others can overlap.
+/// Reads the three kinds of records of collection `c`: inode and name records in one
+/// pass that reads each block holding any of them once ([`ScanIter::gather`]: they lie
+/// scattered through the log among small files' contents, and key-order scans of the
+/// two kinds read most blocks twice), documents' lengths from the index meanwhile.
+///
+/// [`ScanIter::gather`]: basalt_engine::ScanIter::gather
 fn read_records(c: &Collection, name: &str) -> Result<Records, basalt_engine::Error> {
     std::thread::scope(|s| {
-        let inodes = s.spawn(|| read_inodes(c, name));
-        let names = s.spawn(|| read_names(c));
-        let docs = read_docs(c);
-        let (recs, max_fid) = joined(inodes)?;
+        let docs = s.spawn(|| read_docs(c));
+        let meta = read_metadata(c, name);
+        let docs = docs
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let (recs, max_fid, names) = meta?;
         Ok(Records {
             recs,
             max_fid,
-            names: joined(names)?,
+            names,
             docs: docs?,
         })
     })
 }
 
-/// A scoped thread's result; its panic goes on in the caller.
-fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
-    h.join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-}
+/// Inode records by fid with the largest fid seen (malformed records included), and
+/// name records (path -> fid).
+type Metadata = (HashMap<u64, InodeRecord>, u64, BTreeMap<Vec<u8>, u64>);
 
-/// Inode records by fid, and the largest fid seen (malformed records included).
-fn read_inodes(
-    c: &Collection,
-    name: &str,
-) -> Result<(HashMap<u64, InodeRecord>, u64), basalt_engine::Error> {
+/// Inode and name records, read together.
+fn read_metadata(c: &Collection, name: &str) -> Result<Metadata, basalt_engine::Error> {
+    debug_assert!(layout::INODE_PREFIX < layout::NAME_PREFIX);
+    let mut past_names = layout::NAME_PREFIX.to_vec();
+    *past_names.last_mut().expect("prefixes are not empty") += 1;
+    let records = c
+        .scan(
+            Bound::Included(layout::INODE_PREFIX),
+            Bound::Excluded(&past_names),
+            Direction::Forward,
+        )?
+        .gather()?;
     let mut recs = HashMap::new();
     let mut max_fid = 0u64;
-    for item in c.scan_prefix(layout::INODE_PREFIX, Direction::Forward)? {
-        let (k, v) = item?;
+    let mut names = BTreeMap::new();
+    for (k, v) in records {
+        if let Some(path) = k.strip_prefix(layout::NAME_PREFIX) {
+            if let Ok(b) = <[u8; 8]>::try_from(v.as_slice()) {
+                names.insert(path.to_vec(), u64::from_be_bytes(b));
+            }
+            continue;
+        }
         let Some(fid) = layout::inode_key_fid(&k) else {
             continue;
         };
@@ -75,22 +92,7 @@ fn read_inodes(
             None => eprintln!("basalt-fusefs: {name}: ignoring malformed inode record {fid}"),
         }
     }
-    Ok((recs, max_fid))
-}
-
-/// Name records: path -> fid.
-fn read_names(c: &Collection) -> Result<BTreeMap<Vec<u8>, u64>, basalt_engine::Error> {
-    let mut names = BTreeMap::new();
-    for item in c.scan_prefix(layout::NAME_PREFIX, Direction::Forward)? {
-        let (k, v) = item?;
-        if let Ok(b) = <[u8; 8]>::try_from(v.as_slice()) {
-            names.insert(
-                k[layout::NAME_PREFIX.len()..].to_vec(),
-                u64::from_be_bytes(b),
-            );
-        }
-    }
-    Ok(names)
+    Ok((recs, max_fid, names))
 }
 
 /// Documents: length, and the manifest when the document is one. Lengths come from the

@@ -100,6 +100,14 @@ fn main() -> ExitCode {
         return usage();
     };
     cfg.mountpoint = mp;
+    // Before mounting: the mount point answers before `mount` returns, and a SIGTERM
+    // in between would kill the daemon with the mount left behind. Caught here, it
+    // makes the loop below unmount as soon as the mount is up.
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+    }
     let mounted = if null {
         mount_null(cfg)
     } else {
@@ -126,11 +134,6 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // SAFETY: the handler only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-    }
     println!("mounted {}", handle.mountpoint().display());
     while !STOP.load(std::sync::atomic::Ordering::SeqCst) {
         if handle.is_unmounted() {

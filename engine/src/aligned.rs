@@ -8,11 +8,15 @@ use std::ops::{Deref, DerefMut};
 /// Device IO granularity: every O_DIRECT offset and length is a multiple of this.
 pub const PAGE: usize = 4096;
 
-/// A zero-initialised, page-aligned byte buffer of fixed capacity.
+/// A zero-initialised, page-aligned byte buffer of fixed capacity, or a view of
+/// page-aligned memory someone else owns that a device read fills in place
+/// ([`AlignedBuf::borrowed`]).
 pub struct AlignedBuf {
     ptr: *mut u8,
     cap: usize,
     len: usize,
+    /// Allocated here (freed on drop, pooled on recycle); false for a borrowed view.
+    owned: bool,
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
@@ -29,7 +33,40 @@ impl AlignedBuf {
         if ptr.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
-        AlignedBuf { ptr, cap, len }
+        AlignedBuf {
+            ptr,
+            cap,
+            len,
+            owned: true,
+        }
+    }
+
+    /// A view of `len` bytes at `ptr`, which the caller owns, for a device read into
+    /// them (nothing is allocated, freed or pooled).
+    ///
+    /// # Safety
+    /// `ptr` is page-aligned and valid for writes of `len` bytes, `len` is a multiple
+    /// of [`PAGE`], and the memory stays valid, and is neither read nor written
+    /// elsewhere, until this buffer is dropped, which the reader filling it does only
+    /// once its read has completed.
+    pub unsafe fn borrowed(ptr: *mut u8, len: usize) -> Self {
+        debug_assert!((ptr as usize).is_multiple_of(PAGE) && len.is_multiple_of(PAGE));
+        AlignedBuf {
+            ptr,
+            cap: len,
+            len,
+            owned: false,
+        }
+    }
+
+    /// Bytes the buffer can hold.
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// Whether this is a view of memory someone else owns.
+    pub fn is_borrowed(&self) -> bool {
+        !self.owned
     }
 
     /// A buffer for a device read of `len` bytes: taken from this thread's pool when
@@ -135,6 +172,9 @@ impl AlignedBuf {
     /// Returns the buffer to this thread's read pool (freed if the pool is full, the
     /// buffer is too big, or the thread is exiting).
     pub fn recycle(self) {
+        if !self.owned {
+            return;
+        }
         let _ = POOL.try_with(|p| {
             if let Ok(mut p) = p.try_borrow_mut() {
                 drop(p.keep(self));
@@ -145,6 +185,9 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let layout = Layout::from_size_align(self.cap, PAGE).expect("layout");
         // SAFETY: allocated in `zeroed` with this layout.
         unsafe { dealloc(self.ptr, layout) }

@@ -58,6 +58,7 @@ mod snapshot;
 mod stats;
 mod uring;
 
+pub use aligned::AlignedBuf;
 pub use batch::{BatchOp, WriteBatch};
 pub use catalog::MAX_COLLECTION_NAME;
 pub use changes::{Change, ChangeIter};

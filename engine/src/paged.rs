@@ -108,7 +108,13 @@ impl ValueLayout {
                 let to = self.file_offset(part.end - 1) + 1;
                 let start = align_down(from, PAGE as u64);
                 let len = (align_up(to, PAGE as u64) - start) as u32;
-                PageRead { start, len, part }
+                let lead = (from - start) as u32;
+                PageRead {
+                    start,
+                    len,
+                    part,
+                    lead,
+                }
             })
             .collect()
     }
@@ -132,6 +138,9 @@ pub struct PageRead {
     pub start: u64,
     pub len: u32,
     pub part: Range<usize>,
+    /// Bytes of the read before the part's first byte (the part's bytes are
+    /// contiguous from there).
+    pub lead: u32,
 }
 
 impl PagedHead {

@@ -11,10 +11,11 @@
 //! once its head is known; there a part of at least half the value reads the whole
 //! block at once instead. All reads of a step go to the device at once.
 
+use crate::aligned::PAGE;
 use crate::db::Inner;
 use crate::entry::IndexEntry;
 use crate::error::{Error, Result};
-use crate::paged::{Geometry, PagedHead};
+use crate::paged::{Geometry, PageRead, PagedHead};
 use crate::record::{CollId, Seqno};
 use crate::segments::Segment;
 use crate::uring::ReadReq;
@@ -31,7 +32,14 @@ pub(crate) type OnPart<'c> = dyn FnMut(usize, Option<usize>, &mut [u8]) + 'c;
 /// Where [`crate::Db::multi_get_ranges_to`] puts what it reads: the caller owns the
 /// buffers and hears of each part as soon as it is complete, so it can use a buffer
 /// that holds several parts (a file read of several chunks) once all of them are in.
-pub trait PartSink {
+/// Whole device pages of a part whose place in its buffer is page-aligned are read
+/// from the device straight into it (and verified there), not copied in.
+///
+/// # Safety
+/// During one call, `buf(i)` returns the same memory every time, which stays valid and
+/// is neither read nor written by anyone else until `done(i)`: the device may be
+/// writing into it (asynchronously, outside any borrow) until then.
+pub unsafe trait PartSink {
     /// The buffer for part `i`: at least as long as its range.
     fn buf(&mut self, i: usize) -> &mut [u8];
     /// Part `i` is complete: its first `len` bytes are in its buffer (`None`: no such
@@ -187,9 +195,18 @@ impl Inner {
         for (j, p) in parts.iter().enumerate() {
             let r = &reqs[p.slot].1;
             out.open(p.slot, part_len(&p.head, r));
-            for read in p.head.reads_for(r.start, r.end) {
-                spans.push((&p.seg, read.start, read.len));
-                reading.push((j, read.part));
+            let reads = p.head.reads_for(r.start, r.end);
+            for (read, into) in reads
+                .into_iter()
+                .flat_map(|x| in_place(out, p.slot, x, r.start))
+            {
+                spans.push(Span {
+                    seg: &p.seg,
+                    off: read.start,
+                    len: read.len,
+                    into,
+                });
+                reading.push((j, read.part, into.is_some()));
                 left[j] += 1;
             }
             if left[j] == 0 {
@@ -197,11 +214,15 @@ impl Inner {
             }
         }
         self.read_spans(&spans, |i, r| {
-            let (j, part) = &reading[i];
+            let (j, part, direct) = &reading[i];
             let p = &parts[*j];
             let read = (r.off, &r.buf[..r.done]);
-            let from = reqs[p.slot].1.start;
-            copy_part(&p.seg, &p.head, read, part, from, (&mut *out, p.slot))?;
+            if *direct {
+                self.check_in_place(&p.seg, &p.head, read, part)?;
+            } else {
+                let from = reqs[p.slot].1.start;
+                copy_part(&p.seg, &p.head, read, part, from, (&mut *out, p.slot))?;
+            }
             left[*j] -= 1;
             if left[*j] == 0 {
                 out.done(p.slot);
@@ -242,17 +263,23 @@ impl Inner {
     ) -> Result<()> {
         // Per cold part: the span of its head read, and its reads with the span each
         // is served from.
-        let mut spans: Vec<(&Arc<Segment>, u64, u32)> = Vec::new();
+        let mut spans: Vec<Span<'_>> = Vec::new();
         let mut plans = Vec::with_capacity(cold.len());
         for c in cold {
             let range = &reqs[c.slot].1;
             let (mut start, len) = c.g.head_pages();
             let mut end = start + len as u64;
-            let reads = c.g.rotated_layout().reads_for(range.start, range.end);
+            // A read that can land in the caller's buffer goes there on its own; the
+            // others join the head's read where they touch it.
+            let (reads, intos): (Vec<PageRead>, Vec<Option<*mut u8>>) = (c.g.rotated_layout())
+                .reads_for(range.start, range.end)
+                .into_iter()
+                .flat_map(|r| in_place(out, c.slot, r, range.start))
+                .unzip();
             let mut joins = Vec::with_capacity(reads.len());
-            for r in &reads {
+            for (r, into) in reads.iter().zip(&intos) {
                 let r_end = r.start + r.len as u64;
-                let join = r.start <= end && r_end >= start;
+                let join = into.is_none() && r.start <= end && r_end >= start;
                 if join {
                     start = start.min(r.start);
                     end = end.max(r_end);
@@ -260,18 +287,29 @@ impl Inner {
                 joins.push(join);
             }
             let head_span = spans.len();
-            spans.push((&c.seg, start, (end - start) as u32));
+            spans.push(Span {
+                seg: &c.seg,
+                off: start,
+                len: (end - start) as u32,
+                into: None,
+            });
             let mut served = Vec::with_capacity(reads.len());
-            for (r, join) in reads.iter().zip(joins) {
+            for ((r, join), into) in reads.iter().zip(joins).zip(intos) {
                 if join {
                     served.push(head_span);
                 } else {
                     served.push(spans.len());
-                    spans.push((&c.seg, r.start, r.len));
+                    spans.push(Span {
+                        seg: &c.seg,
+                        off: r.start,
+                        len: r.len,
+                        into,
+                    });
                 }
             }
             plans.push((head_span, reads, served));
         }
+        let direct: Vec<bool> = spans.iter().map(|s| s.into.is_some()).collect();
         // Each read is used where it lands: a head is parsed and cached at once, and a
         // part read is copied straight into its value's buffer once its head is known.
         // Only a part read landing before its own head is kept (copied) until then.
@@ -285,9 +323,12 @@ impl Inner {
         let mut heads: Vec<Option<Arc<PagedHead>>> = vec![None; cold.len()];
         // Whether the head showed the predicted layout (the part is opened in `out`).
         let mut matched = vec![false; cold.len()];
-        let mut early: Vec<(usize, u64, Vec<u8>)> = Vec::new();
-        // Copies the parts of cold part `c` that read `span` holds into `out` (none if
-        // its head showed another layout: those are read again below).
+        // Reads landing before their head: copied until it comes, or (`None`) already
+        // in the caller's buffer, to be verified there.
+        let mut early: Vec<(usize, u64, Option<Vec<u8>>)> = Vec::new();
+        // Copies the parts of cold part `c` that read `span` holds into `out`, or
+        // verifies them where the read put them (none if its head showed another
+        // layout: those are read again below).
         let fill = |c: usize,
                     span: usize,
                     (buf_off, buf): (u64, &[u8]),
@@ -301,6 +342,10 @@ impl Inner {
             let (_, reads, served) = &plans[c];
             let (slot, from) = (cold[c].slot, reqs[cold[c].slot].1.start);
             for (r, _) in reads.iter().zip(served).filter(|(_, &i)| i == span) {
+                if direct[span] {
+                    self.check_in_place(&cold[c].seg, head, (buf_off, buf), &r.part)?;
+                    continue;
+                }
                 copy_part(
                     &cold[c].seg,
                     head,
@@ -332,15 +377,33 @@ impl Inner {
                 heads[c] = Some(head);
             } else if let Some(head) = &heads[c] {
                 fill(c, i, read, head, matched[c], out)?;
+            } else if direct[i] {
+                early.push((i, r.off, None));
             } else {
-                early.push((i, r.off, read.1.to_vec()));
+                early.push((i, r.off, Some(read.1.to_vec())));
             }
             Ok(())
         })?;
-        for (i, off, buf) in early {
+        for (i, off, copy) in early {
             let c = owner[i];
             let head = heads[c].as_ref().expect("every head was read");
-            fill(c, i, (off, &buf), head, matched[c], out)?;
+            match copy {
+                Some(buf) => fill(c, i, (off, &buf), head, matched[c], out)?,
+                None if matched[c] => {
+                    // A read in place serves exactly one part: its bytes are where
+                    // that part's go.
+                    let (_, reads, served) = &plans[c];
+                    let r = (reads.iter().zip(served))
+                        .find(|(_, &s)| s == i)
+                        .map(|(r, _)| r)
+                        .expect("a read serves its part");
+                    let at = r.part.start - reqs[cold[c].slot].1.start;
+                    let buf = out.direct(cold[c].slot).expect("read in place");
+                    let bytes = &buf[at..at + r.len as usize];
+                    self.check_in_place(&cold[c].seg, head, (off, bytes), &r.part)?;
+                }
+                None => {}
+            }
         }
         for (c, head) in heads.into_iter().enumerate() {
             let head = head.expect("every head was read");
@@ -388,27 +451,133 @@ impl Inner {
     /// value's pages, the next block's) go to the device as one read.
     pub(crate) fn read_spans(
         &self,
-        spans: &[(&Arc<Segment>, u64, u32)],
+        spans: &[Span<'_>],
         mut on_done: impl FnMut(usize, &ReadReq<Arc<Segment>>) -> Result<()>,
     ) -> Result<()> {
         if spans.is_empty() {
             return Ok(());
         }
         let mut order: Vec<usize> = (0..spans.len()).collect();
-        order.sort_by_key(|&i| (spans[i].0.id, spans[i].1));
+        order.sort_by_key(|&i| (spans[i].seg.id, spans[i].off));
         self.with_reader(|reader| {
             let mut done = |k: usize, r: &ReadReq<Arc<Segment>>| -> Result<()> {
                 self.count_read(r);
                 on_done(order[k], r)
             };
             for &i in &order {
-                let (seg, off, len) = spans[i];
-                reader.queue(ReadReq::covering(seg.clone(), off, len), &mut done)?;
+                let Span {
+                    seg,
+                    off,
+                    len,
+                    into,
+                } = spans[i];
+                let req = match into {
+                    None => ReadReq::covering(seg.clone(), off, len),
+                    // SAFETY: `into` is page-aligned memory of a `PartSink`'s for
+                    // `len` (whole pages) bytes at the page-aligned `off`
+                    // ([`in_place`]), valid and untouched until the part is done,
+                    // which is after this reader has finished.
+                    Some(dest) => unsafe {
+                        ReadReq::into_place(seg.clone(), off, dest, len as usize)
+                    },
+                };
+                reader.queue(req, &mut done)?;
             }
             reader.finish(&mut done)?;
             reader.recycle();
             Ok(())
         })
+    }
+}
+
+/// A file range to read: the whole pages covering `len` bytes at `off` of `seg`, into
+/// a buffer of the reader's, or (`into`) straight into a part's place in the caller's
+/// buffer.
+#[derive(Clone, Copy)]
+pub(crate) struct Span<'s> {
+    pub seg: &'s Arc<Segment>,
+    pub off: u64,
+    pub len: u32,
+    pub into: Option<*mut u8>,
+}
+
+impl<'s> Span<'s> {
+    /// A read into a buffer of the reader's.
+    pub fn buffered(seg: &'s Arc<Segment>, off: u64, len: u32) -> Self {
+        Span {
+            seg,
+            off,
+            len,
+            into: None,
+        }
+    }
+}
+
+/// Read `r` of slot `slot`'s part (which starts at value byte `from`), split for
+/// reading in place: the whole pages the part fills from the read's first byte on go
+/// straight into their place in the slot's buffer when that place is page-aligned
+/// (O_DIRECT reads into any page-aligned memory), with where; what is left (a last
+/// page the part fills only in part, as a value's body ends before its tail) is read
+/// into a buffer of the reader's. A read that cannot land in place is one such read.
+fn in_place(
+    out: &mut (impl Parts + ?Sized),
+    slot: usize,
+    r: PageRead,
+    from: usize,
+) -> Vec<(PageRead, Option<*mut u8>)> {
+    let whole = r.part.len() / PAGE * PAGE;
+    let dest = (r.lead == 0 && whole > 0)
+        .then(|| {
+            let at = r.part.start.checked_sub(from)?;
+            let dest = out.direct(slot)?.get_mut(at..at + whole)?;
+            let ptr = dest.as_mut_ptr();
+            (ptr as usize).is_multiple_of(PAGE).then_some(ptr)
+        })
+        .flatten();
+    let Some(dest) = dest else {
+        return vec![(r, None)];
+    };
+    let split = r.part.start + whole;
+    let mut reads = vec![(
+        PageRead {
+            start: r.start,
+            len: whole as u32,
+            part: r.part.start..split,
+            lead: 0,
+        },
+        Some(dest),
+    )];
+    if split < r.part.end {
+        reads.push((
+            PageRead {
+                start: r.start + whole as u64,
+                len: r.len - whole as u32,
+                part: split..r.part.end,
+                lead: 0,
+            },
+            None,
+        ));
+    }
+    reads
+}
+
+impl Inner {
+    /// Verifies value bytes `part`, read in place (they are where they belong), against
+    /// `head`'s page checksums, and counts them.
+    fn check_in_place(
+        &self,
+        seg: &Segment,
+        head: &PagedHead,
+        (buf_off, buf): (u64, &[u8]),
+        part: &Range<usize>,
+    ) -> Result<()> {
+        let bytes = head
+            .extract(buf, buf_off, part.clone())
+            .map_err(|(page, m)| Error::corruption(seg.file.path(), page, m))?;
+        self.stats
+            .part_bytes_in_place
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -427,6 +596,12 @@ pub(crate) trait Parts {
     /// Slot `slot` is complete (opened and placed, or missing): nothing more comes for
     /// it.
     fn done(&mut self, _slot: usize) {}
+    /// Slot `slot`'s buffer in the caller's memory, where page-aligned whole pages of
+    /// its part may be read from the device in place ([`PartSink`]'s promise); `None`:
+    /// every byte goes through [`Parts::place`].
+    fn direct(&mut self, _slot: usize) -> Option<&mut [u8]> {
+        None
+    }
 }
 
 /// Forwards to `out`, marking each slot done at most once.
@@ -448,6 +623,10 @@ impl<P: Parts> Parts for Tracked<'_, P> {
         if !std::mem::replace(&mut self.reported[slot], true) {
             self.out.done(slot);
         }
+    }
+
+    fn direct(&mut self, slot: usize) -> Option<&mut [u8]> {
+        self.out.direct(slot)
     }
 }
 
@@ -479,6 +658,10 @@ impl<S: PartSink + ?Sized> Parts for Sunk<'_, S> {
     fn done(&mut self, slot: usize) {
         self.sink.done(slot, self.lens[slot]);
     }
+
+    fn direct(&mut self, slot: usize) -> Option<&mut [u8]> {
+        Some(self.sink.buf(slot))
+    }
 }
 
 /// The caller's buffers, one per part, and where done parts go.
@@ -487,7 +670,8 @@ struct Slices<'a, 'b, 'c> {
     on_part: &'c mut OnPart<'c>,
 }
 
-impl PartSink for Slices<'_, '_, '_> {
+// SAFETY: each buffer is the caller's slice, borrowed for the whole call.
+unsafe impl PartSink for Slices<'_, '_, '_> {
     fn buf(&mut self, i: usize) -> &mut [u8] {
         self.bufs[i]
     }

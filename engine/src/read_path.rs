@@ -317,7 +317,10 @@ impl Inner {
         blocks: &[(&Arc<Segment>, u64, u32)],
     ) -> Result<Vec<Arc<DataBlock>>> {
         let mut out: Vec<Option<Arc<DataBlock>>> = vec![None; blocks.len()];
-        self.read_spans(blocks, |i, r| {
+        let spans: Vec<crate::partial_read::Span<'_>> = (blocks.iter())
+            .map(|&(seg, off, len)| crate::partial_read::Span::buffered(seg, off, len))
+            .collect();
+        self.read_spans(&spans, |i, r| {
             let (_, off, len) = blocks[i];
             out[i] = Some(self.decode_read(off, len, r)?);
             Ok(())

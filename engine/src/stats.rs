@@ -31,6 +31,8 @@ pub struct StatCounters {
     pub stall_merge_micros: AtomicU64,
     /// Bytes read from the device for point reads (gets and multi-gets).
     pub get_bytes_read: AtomicU64,
+    /// Of those, bytes of value parts read straight into the caller's buffers.
+    pub part_bytes_in_place: AtomicU64,
     pub multi_get_batches: AtomicU64,
     /// Index bytes loaded into the index cache by the warm-up at open.
     pub index_warm_bytes: AtomicU64,
@@ -161,6 +163,10 @@ pub struct Stats {
     pub block_cache_hit_rate: f64,
     pub index_cache_hit_rate: f64,
     pub multi_get_batches: u64,
+    /// Bytes of value parts read from the device straight into the caller's
+    /// page-aligned buffers (`Db::multi_get_ranges_to`), verified there and never
+    /// copied.
+    pub part_bytes_read_in_place: u64,
     /// Device reads in flight per io_uring submission: (bucket, submissions).
     pub io_queue_depth: Vec<(&'static str, u64)>,
     /// Reads that went to the device inside the one before them (adjacent in one
@@ -334,6 +340,7 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
             ratio(h, h + m)
         },
         multi_get_batches: s.multi_get_batches.load(Ordering::Relaxed),
+        part_bytes_read_in_place: s.part_bytes_in_place.load(Ordering::Relaxed),
         io_queue_depth: s.ring.queue_depth.snapshot(),
         reads_merged: s.ring.merged_reads.load(Ordering::Relaxed),
         read_poll_micros: inner.opts.read_poll_micros,

@@ -183,6 +183,25 @@ impl<T: ReadTarget> ReadReq<T> {
         }
     }
 
+    /// A read of `len` bytes at `off` (both page-aligned) straight into the caller's
+    /// memory at `dest`, with no buffer of its own.
+    ///
+    /// # Safety
+    /// As [`AlignedBuf::borrowed`]: `dest` is page-aligned and valid for `len` bytes
+    /// and stays so, untouched, until the reader this request is queued on has
+    /// finished (or been dropped).
+    pub unsafe fn into_place(target: T, off: u64, dest: *mut u8, len: usize) -> Self {
+        debug_assert!(off.is_multiple_of(crate::aligned::PAGE as u64));
+        ReadReq {
+            target,
+            off,
+            // SAFETY: the caller's promise, passed on.
+            buf: unsafe { AlignedBuf::borrowed(dest, len) },
+            done: 0,
+            merged: false,
+        }
+    }
+
     /// Reads with `pread` (the psync backend, and the finish of short reads).
     pub fn read_sync(&mut self) -> Result<()> {
         let done = self.done;
@@ -702,7 +721,15 @@ impl<T> Drop for Batch<'_, T> {
                     continue;
                 }
                 // The ring is unusable; leak the buffers rather than free them under
-                // the kernel.
+                // the kernel. Memory a read borrowed cannot be kept from its owner:
+                // stop before the kernel can write into it after it is given back.
+                if self.reqs.iter().any(|r| r.buf.is_borrowed()) {
+                    eprintln!(
+                        "basalt-engine: io_uring failed ({e}) with reads into borrowed \
+                         memory in flight; aborting"
+                    );
+                    std::process::abort();
+                }
                 std::mem::forget(std::mem::take(&mut self.reqs));
                 return;
             }

@@ -4,7 +4,7 @@
 //! value costs a read of the pages that hold it; a damaged page is reported with file
 //! and offset while the value's other pages stay readable.
 
-use basalt_engine::{Db, Error, IoBackend, Options};
+use basalt_engine::{AlignedBuf, Db, Error, IoBackend, Options};
 use std::ops::Range;
 
 mod common;
@@ -70,6 +70,24 @@ fn check_batches(db: &Db, seed: u64, keys: u64) {
         for (i, (k, r)) in refs.iter().enumerate() {
             let into = lens[i].map(|n| bufs[i][..n].to_vec());
             assert!(into == got[i], "batch {batch} key {k:?} range {r:?}: into");
+        }
+        // Into page-aligned buffers: whole pages of a part at a page-aligned offset of
+        // its value are read from the device in place (junk first here too).
+        let mut bufs: Vec<AlignedBuf> = (refs.iter())
+            .map(|(_, r)| {
+                let mut b = AlignedBuf::zeroed(r.len());
+                b.fill(0x3c);
+                b
+            })
+            .collect();
+        let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+        let lens = db.multi_get_ranges_into("c", &refs, &mut slices).unwrap();
+        for (i, (k, r)) in refs.iter().enumerate() {
+            let into = lens[i].map(|n| bufs[i][..n].to_vec());
+            assert!(
+                into == got[i],
+                "batch {batch} key {k:?} range {r:?}: in place"
+            );
         }
         // And handed on one by one: each part once, with its bytes in its buffer.
         let mut bufs: Vec<Vec<u8>> = refs.iter().map(|(_, r)| vec![0x5a; r.len()]).collect();
@@ -145,15 +163,18 @@ fn a_part_is_handed_on_once_its_own_reads_land_not_after_the_whole_batch() {
     }
 }
 
-/// A file read of four chunks: every part goes into one buffer of the sink's.
+/// A file read of four chunks: every part goes into one page-aligned buffer of the
+/// sink's, as the FUSE mount's reads do (whole pages land there in place).
 struct OneBuffer {
-    buf: Vec<u8>,
+    buf: AlignedBuf,
     /// Offset of each part in `buf`, and its range's length.
     at: Vec<(usize, usize)>,
     done: Vec<Option<Option<usize>>>,
 }
 
-impl basalt_engine::PartSink for OneBuffer {
+// SAFETY: `buf` is neither moved nor read while the engine call runs; part `i` is
+// always the same range of it.
+unsafe impl basalt_engine::PartSink for OneBuffer {
     fn buf(&mut self, i: usize) -> &mut [u8] {
         let (at, len) = self.at[i];
         &mut self.buf[at..at + len]
@@ -185,8 +206,10 @@ fn parts_put_into_one_sink_buffer_assemble_the_values_and_are_each_reported_once
             at.push((off, r.len()));
             off += r.len();
         }
+        let mut buf = AlignedBuf::zeroed(off);
+        buf.fill(0xa5);
         let mut sink = OneBuffer {
-            buf: vec![0xa5; off],
+            buf,
             at,
             done: vec![None; refs.len()],
         };
@@ -213,7 +236,7 @@ fn parts_put_into_one_sink_buffer_assemble_the_values_and_are_each_reported_once
             "{backend:?}: every part reported once with its length, the missing key as None"
         );
         let mut short = OneBuffer {
-            buf: vec![0; 10],
+            buf: AlignedBuf::zeroed(10),
             at: vec![(0, 10)],
             done: vec![None],
         };
@@ -276,6 +299,10 @@ fn parts_of_values_equal_cuts_of_get_on_both_backends() {
         // Cold caches: heads are read from the device.
         let db = Db::open(dir.path(), opts(backend)).unwrap();
         check_batches(&db, 3, keys);
+        assert!(
+            db.stats().part_bytes_read_in_place > 0,
+            "{backend:?}: no part was read in place into a page-aligned buffer"
+        );
         drop(db);
         let rep = basalt_engine::check(dir.path()).unwrap();
         assert!(rep.is_ok(), "{:?}", rep.problems);
@@ -562,4 +589,91 @@ fn a_damaged_page_is_reported_with_file_and_offset_and_the_other_pages_stay_read
         "check misses the damaged page: {:?}",
         rep.problems
     );
+}
+
+/// Reads value `k`'s bytes `range` into `buf` (one part); returns its length.
+fn read_into(db: &Db, k: u64, range: Range<usize>, buf: &mut [u8]) -> Result<usize, Error> {
+    let key = k.to_be_bytes();
+    let lens = db.multi_get_ranges_into("c", &[(&key[..], range)], &mut [buf])?;
+    Ok(lens[0].expect("the key exists"))
+}
+
+#[test]
+fn page_aligned_parts_land_in_place_and_others_are_copied_with_the_same_bytes() {
+    for backend in [IoBackend::IoUring, IoBackend::Psync] {
+        let (_dir, db) = cold_chunks(16, backend);
+        let in_place = |db: &Db| db.stats().part_bytes_read_in_place;
+        // (value, range, bytes expected in place): cold heads first, then cached ones.
+        let cases: [(u64, Range<usize>, u64); 6] = [
+            (1, 0..65_536, 61_440),    // whole value: all body pages but the last
+            (2, 8192..24_576, 16_384), // page-aligned pages inside the body
+            (3, 100..8292, 0),         // starts inside a page
+            (1, 4096..12_288, 8192),   // head cached now
+            (2, 61_440..65_536, 0),    // the body's last page and the tail
+            (4, 0..4096, 4096),        // one page, cold
+        ];
+        for (k, range, want) in cases {
+            let v = noise(65_536, k);
+            let before = in_place(&db);
+            let mut aligned = AlignedBuf::zeroed(range.len());
+            let n = read_into(&db, k, range.clone(), &mut aligned).unwrap();
+            assert_eq!(n, range.len());
+            assert!(
+                aligned[..] == v[range.clone()],
+                "{backend:?} value {k} {range:?}"
+            );
+            let got = in_place(&db) - before;
+            assert!(
+                got == want,
+                "{backend:?} value {k} {range:?}: {got} bytes in place, want {want}"
+            );
+            // A buffer one byte off a page boundary: copied, same bytes.
+            let mut off = AlignedBuf::zeroed(range.len() + 1);
+            let before = in_place(&db);
+            read_into(&db, k, range.clone(), &mut off[1..]).unwrap();
+            assert_eq!(
+                in_place(&db),
+                before,
+                "{backend:?} value {k}: unaligned in place"
+            );
+            assert!(
+                off[1..] == v[range.clone()],
+                "{backend:?} value {k} {range:?} copied"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_damaged_page_read_in_place_is_reported_with_file_and_offset() {
+    let (dir, db) = cold_chunks(48, IoBackend::IoUring);
+    drop(db);
+    let v = noise(65_536, 7);
+    let (file, at) = find_in_segments(dir.path(), &v[20_480..20_544]);
+    let mut data = std::fs::read(&file).unwrap();
+    data[at + 100] ^= 0x01;
+    std::fs::write(&file, &data).unwrap();
+    let bad_page = ((at + 100) / 4096 * 4096) as u64;
+    for cached_head in [false, true] {
+        let db = Db::open(dir.path(), opts(IoBackend::IoUring)).unwrap();
+        if cached_head {
+            let mut page = AlignedBuf::zeroed(4096);
+            read_into(&db, 7, 0..4096, &mut page).unwrap();
+            assert!(page[..] == v[..4096]);
+        }
+        let mut buf = AlignedBuf::zeroed(16_384);
+        match read_into(&db, 7, 16_384..32_768, &mut buf) {
+            Err(Error::Corruption {
+                file: f, offset, ..
+            }) => {
+                assert_eq!(f, file);
+                assert_eq!(offset, bad_page, "names the damaged page");
+            }
+            other => panic!("damaged page read in place as {other:?} (head cached: {cached_head})"),
+        }
+        assert!(
+            db.stats().part_bytes_read_in_place < 16_384,
+            "the damaged part counted as read"
+        );
+    }
 }

@@ -413,10 +413,7 @@ impl AnsRead for RingRead<'_, '_> {
         let (tx, rx) = sync_channel(1);
         pool.run((plan, Pooled::Waiting(tx)));
         match rx.recv() {
-            Ok(Ok(data)) => {
-                AnsData::data(self.reply, &data);
-                crate::fs::recycle_read_buffer(data);
-            }
+            Ok(Ok(data)) => AnsData::data(self.reply, &data),
             Ok(Err(e)) => AnsError::error(self.reply, e),
             // The pool dropped the read without answering (it is shutting down).
             Err(_) => AnsError::error(self.reply, Errno::EIO),

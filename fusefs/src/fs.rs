@@ -1,5 +1,6 @@
 //! Namespace and data operations on the in-memory state (no FUSE types here).
 
+use basalt_engine::AlignedBuf;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -604,27 +605,35 @@ pub enum ReadSource {
 const KEPT_READ_BUFFERS: usize = 8;
 
 thread_local! {
-    static READ_BUFFERS: std::cell::RefCell<Vec<Vec<u8>>> =
+    static READ_BUFFERS: std::cell::RefCell<Vec<AlignedBuf>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// A buffer of at least `len` bytes for a read's result (use its first `len`). One this
-/// thread gave back is reused with its old bytes in place (no zeroing, no fresh pages:
-/// the read overwrites what it uses); it keeps the length it had, so a short read
-/// taking a 1 MiB buffer does not make the next long read zero it again.
-fn read_buffer(len: usize) -> Vec<u8> {
-    let mut b = READ_BUFFERS
-        .with(|p| p.borrow_mut().pop())
-        .unwrap_or_default();
-    if b.len() < len {
-        b.resize(len, 0);
+/// A page-aligned buffer of `len` bytes for a read's result: the engine reads the
+/// whole pages of a chunk from the device straight into it, where they fall on page
+/// boundaries (a read at a page-aligned offset), instead of copying them in. One this
+/// thread gave back that is big enough is reused with its old bytes in place (no
+/// zeroing, no fresh pages: the read overwrites what it uses); it keeps its capacity,
+/// so a short read taking a 1 MiB buffer does not make the next long read allocate
+/// again.
+fn read_buffer(len: usize) -> AlignedBuf {
+    let kept = READ_BUFFERS.with(|p| {
+        let mut p = p.borrow_mut();
+        let i = p.iter().rposition(|b| b.capacity() >= len)?;
+        Some(p.swap_remove(i))
+    });
+    match kept {
+        Some(mut b) => {
+            b.set_len(len);
+            b
+        }
+        None => AlignedBuf::zeroed(len),
     }
-    b
 }
 
 /// Gives a read's buffer back once its reply is sent (kept if this thread keeps fewer
 /// than [`KEPT_READ_BUFFERS`] and it is at most 2 MiB).
-pub fn recycle_read_buffer(b: Vec<u8>) {
+fn recycle_read_buffer(b: AlignedBuf) {
     if b.capacity() <= 2 << 20 {
         READ_BUFFERS.with(|p| {
             let mut p = p.borrow_mut();
@@ -755,7 +764,7 @@ struct Piece {
 /// tag until it is answered, and how many of its pieces are still being read.
 struct Assembly<T, F: FnMut(T, Result<&[u8], Errno>)> {
     lens: Vec<usize>,
-    outs: Vec<Vec<u8>>,
+    outs: Vec<AlignedBuf>,
     tags: Vec<Option<T>>,
     left: Vec<usize>,
     done: F,
@@ -778,7 +787,10 @@ struct CollSink<'a, T, F: FnMut(T, Result<&[u8], Errno>)> {
     reads: &'a mut Assembly<T, F>,
 }
 
-impl<T, F: FnMut(T, Result<&[u8], Errno>)> basalt_engine::PartSink for CollSink<'_, T, F> {
+// SAFETY: piece `i`'s buffer is its place in its read's buffer (`reads.outs`), which
+// is neither moved nor resized nor read while the engine call runs: a read is answered
+// (its buffer read) only once all its pieces are done.
+unsafe impl<T, F: FnMut(T, Result<&[u8], Errno>)> basalt_engine::PartSink for CollSink<'_, T, F> {
     fn buf(&mut self, i: usize) -> &mut [u8] {
         let p = &self.pieces[self.ids[i]];
         let len = p.range.len();
@@ -824,13 +836,13 @@ mod tests {
 
     #[test]
     fn a_thread_keeps_a_bounded_number_of_read_buffers() {
-        recycle_read_buffer(vec![0; (2 << 20) + 1]);
+        recycle_read_buffer(AlignedBuf::zeroed((2 << 20) + 1));
         assert_eq!(
             READ_BUFFERS.with(|p| p.borrow().len()),
             0,
             "over 2 MiB: freed"
         );
-        let bufs: Vec<Vec<u8>> = (0..KEPT_READ_BUFFERS + 3)
+        let bufs: Vec<AlignedBuf> = (0..KEPT_READ_BUFFERS + 3)
             .map(|_| read_buffer(64))
             .collect();
         for b in bufs {
@@ -881,7 +893,9 @@ mod execute_tests {
         let (_dir, db) = two_values(Options::default());
         // Dirty buffers on this thread: every byte of a reused one must be overwritten.
         for _ in 0..KEPT_READ_BUFFERS {
-            recycle_read_buffer(vec![0xee; 200_000]);
+            let mut dirty = AlignedBuf::zeroed(200_000);
+            dirty.fill(0xee);
+            recycle_read_buffer(dirty);
         }
         let jobs = vec![
             (

@@ -19,7 +19,8 @@ pub struct AlignedBuf {
     owned: bool,
 }
 
-// SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
+// SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>, or (borrowed)
+// has the exclusive use of the memory its creator promised (`AlignedBuf::borrowed`).
 unsafe impl Send for AlignedBuf {}
 unsafe impl Sync for AlignedBuf {}
 
@@ -45,10 +46,10 @@ impl AlignedBuf {
     /// them (nothing is allocated, freed or pooled).
     ///
     /// # Safety
-    /// `ptr` is page-aligned and valid for writes of `len` bytes, `len` is a multiple
-    /// of [`PAGE`], and the memory stays valid, and is neither read nor written
-    /// elsewhere, until this buffer is dropped, which the reader filling it does only
-    /// once its read has completed.
+    /// `ptr` is page-aligned and valid for reads and writes of `len` initialised
+    /// bytes (a `&mut [u8]`'s), `len` is a multiple of [`PAGE`], and the memory stays
+    /// valid, and is neither read nor written elsewhere, until this buffer is dropped,
+    /// which the reader filling it does only once its read has completed.
     pub unsafe fn borrowed(ptr: *mut u8, len: usize) -> Self {
         debug_assert!((ptr as usize).is_multiple_of(PAGE) && len.is_multiple_of(PAGE));
         AlignedBuf {
@@ -109,7 +110,8 @@ pub fn fill(buf: &mut [u8], len: &mut usize, data: &mut &[u8]) -> bool {
 impl Deref for AlignedBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: ptr is valid for cap >= len bytes, initialised (zeroed at allocation).
+        // SAFETY: ptr is valid for cap >= len bytes, initialised (zeroed at allocation,
+        // or a borrowed slice's).
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }

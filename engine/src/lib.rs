@@ -73,7 +73,7 @@ pub use observer::{WriteObserver, Written};
 pub use options::{Compression, Durability, IoBackend, Options, DEFAULT_READ_POLL_MICROS};
 pub use partial_read::{PartSink, RangeRequest};
 pub use record::{CollId, Seqno};
-pub use snapshot::{Direction, KeyIter, KeyLenIter, ScanIter, Snapshot};
+pub use snapshot::{prefix_successor, Direction, KeyIter, KeyLenIter, ScanIter, Snapshot};
 pub use stats::{SegmentStats, Stats, SPACE_AMP_MIN_LIVE};
 pub use uring::poll_reads_on_this_thread;
 

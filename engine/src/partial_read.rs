@@ -524,7 +524,7 @@ fn in_place(
     slot: usize,
     r: PageRead,
     from: usize,
-) -> Vec<(PageRead, Option<*mut u8>)> {
+) -> impl Iterator<Item = (PageRead, Option<*mut u8>)> {
     let whole = r.part.len() / PAGE * PAGE;
     let dest = (r.lead == 0 && whole > 0)
         .then(|| {
@@ -535,30 +535,24 @@ fn in_place(
         })
         .flatten();
     let Some(dest) = dest else {
-        return vec![(r, None)];
+        return [Some((r, None)), None].into_iter().flatten();
     };
     let split = r.part.start + whole;
-    let mut reads = vec![(
-        PageRead {
-            start: r.start,
-            len: whole as u32,
-            part: r.part.start..split,
-            lead: 0,
-        },
-        Some(dest),
-    )];
-    if split < r.part.end {
-        reads.push((
-            PageRead {
-                start: r.start + whole as u64,
-                len: r.len - whole as u32,
-                part: split..r.part.end,
-                lead: 0,
-            },
-            None,
-        ));
-    }
-    reads
+    let pages = PageRead {
+        start: r.start,
+        len: whole as u32,
+        part: r.part.start..split,
+        lead: 0,
+    };
+    let rest = (split < r.part.end).then(|| PageRead {
+        start: r.start + whole as u64,
+        len: r.len - whole as u32,
+        part: split..r.part.end,
+        lead: 0,
+    });
+    [Some((pages, Some(dest))), rest.map(|r| (r, None))]
+        .into_iter()
+        .flatten()
 }
 
 impl Inner {

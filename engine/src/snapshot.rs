@@ -383,12 +383,7 @@ impl ScanIter {
             let f =
                 inner.fetch_values(self.coll, self.ready.len(), items, Some(&self.snap.segs))?;
             if let Some(&i) = f.retired.first() {
-                let e = self.ready[i].1;
-                return Err(Error::corruption(
-                    crate::segment::segment_path(&inner.dir, e.loc.seg),
-                    e.loc.off,
-                    "scan found an index entry pointing to a segment that no longer exists",
-                ));
+                return Err(retired_segment(&inner, &self.ready[i].1));
             }
             for (i, v) in f.values.into_iter().enumerate() {
                 if v.is_some() {
@@ -499,6 +494,16 @@ impl ScanIter {
     }
 }
 
+/// What a scan reports when an index entry it holds points to a segment GC retired
+/// (its snapshot pins the segments, so this is damage, not a race).
+fn retired_segment(inner: &Inner, e: &IndexEntry) -> Error {
+    Error::corruption(
+        crate::segment::segment_path(&inner.dir, e.loc.seg),
+        e.loc.off,
+        "scan found an index entry pointing to a segment that no longer exists",
+    )
+}
+
 /// Distinct blocks whose values [`ScanIter::gather`] reads in one go: bounds the
 /// decoded blocks held at once (a block is at most a few tens of KiB but for a large
 /// value's, which holds only that value).
@@ -546,12 +551,7 @@ impl ScanIter {
                 .map(|(j, &i)| Ok((j, entries[i].0.as_slice(), entries[i].1)));
             let f = inner.fetch_values(self.coll, run.len(), items, Some(&self.snap.segs))?;
             if let Some(&j) = f.retired.first() {
-                let e = entries[run[j]].1;
-                return Err(Error::corruption(
-                    crate::segment::segment_path(&inner.dir, e.loc.seg),
-                    e.loc.off,
-                    "scan found an index entry pointing to a segment that no longer exists",
-                ));
+                return Err(retired_segment(&inner, &entries[run[j]].1));
             }
             for (j, v) in f.values.into_iter().enumerate() {
                 values[run[j]] = v;

@@ -62,8 +62,8 @@ type Metadata = (HashMap<u64, InodeRecord>, u64, BTreeMap<Vec<u8>, u64>);
 /// Inode and name records, read together.
 fn read_metadata(c: &Collection, name: &str) -> Result<Metadata, basalt_engine::Error> {
     debug_assert!(layout::INODE_PREFIX < layout::NAME_PREFIX);
-    let mut past_names = layout::NAME_PREFIX.to_vec();
-    *past_names.last_mut().expect("prefixes are not empty") += 1;
+    let past_names =
+        basalt_engine::prefix_successor(layout::NAME_PREFIX).expect("a prefix without 0xff");
     let records = c
         .scan(
             Bound::Included(layout::INODE_PREFIX),

@@ -38,18 +38,21 @@ pub struct Job {
 impl Job {
     /// Writes the buffer and marks its bytes readable.
     fn write(&self) -> Result<()> {
-        if let Some(e) = crate::failpoint::log_write_failure() {
-            return Err(crate::error::Error::io(self.seg.file.path(), e));
-        }
-        let aligned = align_up(self.len as u64, PAGE as u64) as usize;
-        self.seg
-            .file
-            .write_aligned(&self.buf[..aligned], self.start)?;
-        self.seg
-            .written_end
-            .fetch_max(self.start + self.len as u64, Ordering::SeqCst);
-        Ok(())
+        write_log(&self.seg, &self.buf, self.start, self.len)
     }
+}
+
+/// Writes `len` bytes of log from `buf` at `start` (page aligned; `buf` zero padded to
+/// the page) and marks them readable.
+fn write_log(seg: &Segment, buf: &[u8], start: u64, len: usize) -> Result<()> {
+    if let Some(e) = crate::failpoint::log_write_failure() {
+        return Err(crate::error::Error::io(seg.file.path(), e));
+    }
+    let aligned = align_up(len as u64, PAGE as u64) as usize;
+    seg.file.write_aligned(&buf[..aligned], start)?;
+    seg.written_end
+        .fetch_max(start + len as u64, Ordering::SeqCst);
+    Ok(())
 }
 
 /// A finished job; `written` is false when it failed or was skipped after a failure.
@@ -69,6 +72,8 @@ pub struct LogIo {
     /// Buffers not written (a failure, and those queued after it), in file order.
     retry: VecDeque<Job>,
     buf_size: usize,
+    /// Buffers written on the writer's thread ([`Self::write_now`]).
+    written_inline: u64,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -101,6 +106,7 @@ impl LogIo {
             free: Vec::new(),
             retry: VecDeque::new(),
             buf_size,
+            written_inline: 0,
             thread: Some(thread),
         }
     }
@@ -149,6 +155,23 @@ impl LogIo {
             self.free.push(job.buf);
         }
         Ok(())
+    }
+
+    /// Writes a buffer on this thread, after every queued write has landed (so the
+    /// order holds): what a sync waits for anyway, without handing the last write to
+    /// the IO thread and being woken when it lands (two thread wake-ups per synced
+    /// commit). `buf` is zero padded to the page.
+    pub fn write_now(&mut self, seg: &Segment, buf: &[u8], start: u64, len: usize) -> Result<()> {
+        self.wait_all()?;
+        write_log(seg, buf, start, len)?;
+        self.written_inline += 1;
+        Ok(())
+    }
+
+    /// Buffers written by [`Self::write_now`] so far.
+    #[cfg(test)]
+    pub fn written_inline(&self) -> u64 {
+        self.written_inline
     }
 
     fn collect(&mut self, d: Done) {

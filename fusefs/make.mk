@@ -1,12 +1,16 @@
 # fusefs: pjdfstest + fsx against a real mount (root, /dev/fuse), and the
 # benchmarks against ext4 on the same disk.
-TEST_TARGETS += test-fusefs
+TEST_TARGETS += test-fusefs test-bench-fusefs
 BENCH_TARGETS += bench-fusefs bench-ring bench-options
 
-.PHONY: test-fusefs bench-fusefs bench-ring bench-options
+.PHONY: test-fusefs test-bench-fusefs bench-fusefs bench-ring bench-options
 ## test-fusefs: pjdfstest (compared with ext4 case by case) and fsx on a Basalt mount
 test-fusefs:
 	./fusefs/scripts/test-fusefs.sh
+
+## test-bench-fusefs: the bench-fusefs harness at toy sizes (two rounds): every measure reported with medians, ratio range and ceiling
+test-bench-fusefs:
+	./fusefs/scripts/test-bench-fusefs.sh
 
 ## bench-fusefs: fio (incl. synced 4k writes), file creation, untar/find/du on Basalt vs ext4 (ratios), with the FUSE ceiling
 bench-fusefs:

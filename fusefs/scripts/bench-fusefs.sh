@@ -3,25 +3,38 @@
 # end_fsync), fio 4 KiB random reads with O_DIRECT at iodepth 1 and 16,
 # 4 KiB random writes each followed by fdatasync (a database's page writes) with the
 # device bytes each costs, create/stat/delete of many 4 KiB files with 8 threads, untar
-# of a source tree then find and du. Prints one line per measure with both results and
-# the ratio; for the measures bound by FUSE round trips (random reads, file creation,
-# stat, delete, the source tree) also the null filesystem's result: the ceiling of any
-# FUSE filesystem on this machine (ARCHITECTURE.md, "The FUSE ceiling"). Env: BENCH_DIR (default /var/tmp, must be on the disk to compare),
-# BENCH_SIZE (default 4g), BENCH_FILES (default 100000), BENCH_CHUNK (chunk size,
-# default the crate's), BENCH_OPTS (extra -o options for the mount, e.g. io_uring), BENCH_RUNTIME
-# (seconds of each random-read and synced-write run, default 20).
+# of a source tree then find and du. For the measures bound by FUSE round trips (random
+# reads, file creation, stat, delete, the source tree) also the null filesystem's
+# result: the ceiling of any FUSE filesystem on this machine (ARCHITECTURE.md, "The
+# FUSE ceiling").
+#
+# Every measure runs BENCH_ROUNDS times, the filesystems interleaved (their order
+# rotated each round), so that a machine whose speed drifts over minutes moves all of
+# them alike. One line per measure: each filesystem's median, the median of the
+# per-round ratios with their range, and the ceiling; every value goes to a TSV file
+# (BENCH_OUT) for a closer look.
+#
+# Env: BENCH_DIR (default /var/tmp, must be on the disk to compare), BENCH_SIZE
+# (default 4g), BENCH_FILES (default 100000), BENCH_CHUNK (chunk size, default the
+# crate's), BENCH_OPTS (extra -o options for the mount, e.g. io_uring), BENCH_RUNTIME
+# (seconds of each random-read and synced-write run, default 10), BENCH_ROUNDS
+# (default 3), BENCH_TREE (the source tree to untar, default ~/.cargo/registry/src),
+# BENCH_OUT (default target/bench-fusefs.tsv).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ "$(id -u)" -ne 0 ] || ! [ -c /dev/fuse ]; then echo "bench-fusefs: SKIPPED: needs root and /dev/fuse"; exit 0; fi
 command -v fio >/dev/null || { echo "bench-fusefs: fio missing (make deps)"; exit 1; }
 SIZE=${BENCH_SIZE:-4g}
 FILES=${BENCH_FILES:-100000}
-RUNTIME=${BENCH_RUNTIME:-20}
+RUNTIME=${BENCH_RUNTIME:-10}
+ROUNDS=${BENCH_ROUNDS:-3}
 BASE=${BENCH_DIR:-/var/tmp}
-cargo build --release -p basalt-fusefs --bin basalt-fusefs-dev >&2
-TARGET=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-DEV="$TARGET/release/basalt-fusefs-dev"
+TREE=$(readlink -f "${BENCH_TREE:-$HOME/.cargo/registry/src}")
+[ -d "$TREE" ] || { echo "bench-fusefs: no source tree at $TREE (set BENCH_TREE)"; exit 1; }
+source fusefs/scripts/bench-lib.sh
+OUT=${BENCH_OUT:-$TARGET/bench-fusefs.tsv}
 WORK=$(mktemp -d "$BASE/basalt-fusefs-bench.XXXXXX")
+RESULTS="$WORK/results.tsv"
 DEVPID=""
 NULLPID=""
 source scripts/fuse-uring-switch.sh
@@ -58,82 +71,126 @@ NULLPID=$!
 for _ in $(seq 200); do mountpoint -q "$WORK/null" && break; sleep 0.05; done
 mountpoint -q "$WORK/null" || { cat "$WORK/null.log"; exit 1; }
 mkdir "$WORK/null/c"
+fio --name=seqw --directory="$WORK/null/c" --filename=seq --rw=write --bs=1M --size=1g >/dev/null
+tar -C "$(dirname "$TREE")" -cf "$WORK/src.tar" "$(basename "$TREE")"
 
-drop() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; }
-# fio JSON -> MiB/s or IOPS of one direction.
-fio_bw() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); d=j["jobs"][0][sys.argv[2]]; print(round(d["bw"]/1024,1))' "$1" "$2"; }
-fio_iops() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(round(j["jobs"][0][sys.argv[2] if len(sys.argv) > 2 else "read"]["iops"]))' "$@"; }
-fio_ios() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["jobs"][0]["write"]["total_ios"])' "$1"; }
 # Bytes written so far to the block device holding $BASE (/proc/diskstats, 512-byte sectors).
 DEVBLK=$(basename "$(readlink -f "/sys/dev/block/$(findmnt -n -o MAJ:MIN -T "$BASE" | tr -d ' ')")")
 written() { awk -v d="$DEVBLK" '$3==d{printf "%.0f\n", $10*512}' /proc/diskstats; }
-ratio() { python3 -c 'import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print(f"{a/b:.2f}" if b else "n/a")' "$1" "$2"; }
-report() { printf '%-34s basalt %10s  ext4 %10s  ratio %s\n' "$1" "$2" "$3" "$(ratio "$2" "$3")"; }
-# With the null filesystem's result $4: the FUSE ceiling and its ratio to ext4.
-report_ceiling() {
-  printf '%-34s basalt %10s  ext4 %10s  ratio %s  | FUSE ceiling %10s  ratio %s\n' \
-    "$1" "$2" "$3" "$(ratio "$2" "$3")" "$4" "$(ratio "$4" "$3")"
+dir_of() { case $1 in basalt) echo "$WORK/mnt/c" ;; ext4) echo "$WORK/ext4/c" ;; null) echo "$WORK/null/c" ;; esac; }
+# The filesystems $2... in round $1's order: rotated by one each round.
+order() {
+  local r=$1; shift
+  local fs=("$@")
+  for i in $(seq 0 $(($# - 1))); do echo "${fs[$(((i + r) % $#))]}"; done
+}
+# fio_run FS MEASURE ROUND DIRECTION bw|iops FIO_ARGS...: one fio run, its rate recorded.
+fio_run() {
+  local fs=$1 m=$2 r=$3 dir=$4 unit=$5; shift 5
+  fio "$@" --output-format=json >"$WORK/f.json"
+  record "$fs" "$m" "$r" "$(fio_rate "$WORK/f.json" "$dir" "$unit")"
 }
 
-for fs in basalt ext4 null; do
-  case $fs in basalt) d="$WORK/mnt/c" ;; ext4) d="$WORK/ext4/c" ;; null) d="$WORK/null/c" ;; esac
-  size=$SIZE
-  if [ $fs = null ]; then
-    size=1g
-    fio --name=seqw --directory="$d" --filename=seq --rw=write --bs=1M --size=$size --output-format=json >/dev/null
-  else
+for r in $(seq "$ROUNDS"); do
+  echo "bench-fusefs: round $r/$ROUNDS" >&2
+  for fs in $(order "$r" basalt ext4); do
+    d=$(dir_of $fs)
+    rm -f "$d/seq"
     drop
-    fio --name=seqw --directory="$d" --filename=seq --rw=write --bs=1M --size="$SIZE" --end_fsync=1 --output-format=json >"$WORK/$fs.seqw.json"
-    drop
-    fio --name=seqr --directory="$d" --filename=seq --rw=read --bs=1M --size="$SIZE" --output-format=json >"$WORK/$fs.seqr.json"
-  fi
-  for qd in 1 16; do
-    drop
-    fio --name=randr --directory="$d" --filename=seq --rw=randread --bs=4k --size=$size --direct=1 \
-      --ioengine=libaio --iodepth=$qd --time_based --runtime="$RUNTIME" --output-format=json >"$WORK/$fs.rr$qd.json"
+    fio_run $fs seqw "$r" write bw --name=seqw --directory="$d" --filename=seq --rw=write --bs=1M --size="$SIZE" --end_fsync=1
   done
-  if [ $fs != null ]; then
+  for fs in $(order "$r" basalt ext4); do
+    drop
+    fio_run $fs seqr "$r" read bw --name=seqr --directory="$(dir_of $fs)" --filename=seq --rw=read --bs=1M --size="$SIZE"
+  done
+  for qd in 1 16; do
+    for fs in $(order "$r" basalt ext4 null); do
+      size=$SIZE
+      [ $fs = null ] && size=1g
+      drop
+      fio_run $fs rr$qd "$r" read iops --name=randr --directory="$(dir_of $fs)" --filename=seq --rw=randread --bs=4k \
+        --size=$size --direct=1 --ioengine=libaio --iodepth=$qd --time_based --runtime="$RUNTIME"
+    done
+  done
+  for fs in $(order "$r" basalt ext4); do
+    d=$(dir_of $fs)
     drop
     w0=$(written)
-    fio --name=syncw --directory="$d" --filename=seq --rw=randwrite --bs=4k --size="$SIZE" --fdatasync=1 \
-      --time_based --runtime="$RUNTIME" --output-format=json >"$WORK/$fs.syncw.json"
+    fio_run $fs syncw "$r" write iops --name=syncw --directory="$d" --filename=seq --rw=randwrite --bs=4k --size="$SIZE" \
+      --fdatasync=1 --time_based --runtime="$RUNTIME"
     sync -f "$d"
-    echo $(( $(written) - w0 )) >"$WORK/$fs.syncw.bytes"
-  fi
-  rm -f "$d/seq"
-  "$DEV" files --dir "$d/files" --count "$FILES" --threads 8 --size 4096 >"$WORK/$fs.files"
-  drop
-  mkdir -p "$d/src"
-  s=$(date +%s.%N)
-  tar -C "$d/src" -xf "$WORK/src.tar" 2>/dev/null || { tar -C "$HOME/.cargo/registry" -cf "$WORK/src.tar" src; s=$(date +%s.%N); tar -C "$d/src" -xf "$WORK/src.tar"; }
-  sync -f "$d/src"
-  e=$(date +%s.%N); echo "untar $(python3 -c "print($e-$s)")" >"$WORK/$fs.tree"
-  drop
-  s=$(date +%s.%N); find "$d/src" >/dev/null; e=$(date +%s.%N); echo "find $(python3 -c "print($e-$s)")" >>"$WORK/$fs.tree"
-  s=$(date +%s.%N); du -s "$d/src" >/dev/null; e=$(date +%s.%N); echo "du $(python3 -c "print($e-$s)")" >>"$WORK/$fs.tree"
-  rm -rf "$d/src" "$d/files"
+    ios=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["jobs"][0]["write"]["total_ios"])' "$WORK/f.json")
+    record $fs syncw_kib "$r" "$(python3 -c 'import sys; print(f"{int(sys.argv[1])/1024/max(1,int(sys.argv[2])):.1f}")' $(($(written) - w0)) "$ios")"
+  done
+  for fs in $(order "$r" basalt ext4 null); do
+    d=$(dir_of $fs)
+    "$DEV" files --dir "$d/files" --count "$FILES" --threads 8 --size 4096 >"$WORK/files.txt"
+    for p in create stat delete; do record $fs $p "$r" "$(awk -v p=$p '$1==p{print $2}' "$WORK/files.txt")"; done
+    rm -rf "$d/files"
+  done
+  for fs in $(order "$r" basalt ext4 null); do
+    d=$(dir_of $fs)
+    mkdir -p "$d/src"
+    drop
+    t=$(now)
+    tar -C "$d/src" -xf "$WORK/src.tar"
+    sync -f "$d/src"
+    record $fs untar "$r" "$(since "$t")"
+    drop
+    t=$(now)
+    find "$d/src" >/dev/null
+    record $fs find "$r" "$(since "$t")"
+    t=$(now)
+    du -s "$d/src" >/dev/null
+    record $fs du "$r" "$(since "$t")"
+    rm -rf "$d/src"
+  done
 done
+cp "$RESULTS" "$OUT"
 
-echo "bench-fusefs: size $SIZE, $FILES files, $(nproc) cores, dir $BASE"
-report "fio seq write 1M end_fsync MiB/s" "$(fio_bw "$WORK/basalt.seqw.json" write)" "$(fio_bw "$WORK/ext4.seqw.json" write)"
-report "fio seq read 1M MiB/s" "$(fio_bw "$WORK/basalt.seqr.json" read)" "$(fio_bw "$WORK/ext4.seqr.json" read)"
-for qd in 1 16; do
-  report_ceiling "fio randread 4k direct qd$qd IOPS" "$(fio_iops "$WORK/basalt.rr$qd.json")" \
-    "$(fio_iops "$WORK/ext4.rr$qd.json")" "$(fio_iops "$WORK/null.rr$qd.json")"
-done
-report "fio randwrite 4k fdatasync IOPS" "$(fio_iops "$WORK/basalt.syncw.json" write)" "$(fio_iops "$WORK/ext4.syncw.json" write)"
-# Device KiB per synced write (lower is better: the ratio is ext4 / Basalt).
-kib() { python3 -c 'import sys; print(f"{int(open(sys.argv[1]).read())/1024/max(1,int(sys.argv[2])):.1f}")' "$1" "$2"; }
-b=$(kib "$WORK/basalt.syncw.bytes" "$(fio_ios "$WORK/basalt.syncw.json")"); x=$(kib "$WORK/ext4.syncw.bytes" "$(fio_ios "$WORK/ext4.syncw.json")")
-printf '%-34s basalt %10s  ext4 %10s  ratio %s\n' "device KiB per synced 4k write" "$b" "$x" "$(ratio "$x" "$b")"
-for p in create stat delete; do
-  v() { awk -v p=$p '$1==p{print $2}' "$WORK/$1.files"; }
-  report_ceiling "$p 4k files/s (8 threads)" "$(v basalt)" "$(v ext4)" "$(v null)"
-done
-for p in untar find du; do
-  v() { awk -v p=$p '$1==p{print $2}' "$WORK/$1.tree"; }
-  b=$(v basalt); x=$(v ext4); n=$(v null)
-  # For times, the ratio is ext4 time / the other's (higher is better, like the rest).
-  printf '%-34s basalt %9.2fs  ext4 %9.2fs  ratio %s  | FUSE ceiling %9.2fs  ratio %s\n' \
-    "$p (source tree)" "$b" "$x" "$(ratio "$x" "$b")" "$n" "$(ratio "$x" "$n")"
-done
+# Per measure: medians, the per-round ratios (Basalt / ext4 for rates, ext4 / Basalt for
+# times and device bytes: above 1, Basalt is ahead) as median [min-max], the ceiling.
+python3 - "$RESULTS" "$ROUNDS" "$SIZE" "$FILES" "$(nproc)" "$BASE" "$OUT" <<'PY'
+import sys, statistics
+path, rounds, size, files, cores, base, out = sys.argv[1:]
+vals = {}
+for line in open(path):
+    fs, m, r, v = line.rstrip("\n").split("\t")
+    vals.setdefault((fs, m), {})[int(r)] = float(v)
+MEASURES = [  # key, label, lower is better
+    ("seqw", "fio seq write 1M end_fsync MiB/s", False),
+    ("seqr", "fio seq read 1M MiB/s", False),
+    ("rr1", "fio randread 4k direct qd1 IOPS", False),
+    ("rr16", "fio randread 4k direct qd16 IOPS", False),
+    ("syncw", "fio randwrite 4k fdatasync IOPS", False),
+    ("syncw_kib", "device KiB per synced 4k write", True),
+    ("create", "create 4k files/s (8 threads)", False),
+    ("stat", "stat 4k files/s (8 threads)", False),
+    ("delete", "delete 4k files/s (8 threads)", False),
+    ("untar", "untar (source tree) s", True),
+    ("find", "find (source tree) s", True),
+    ("du", "du (source tree) s", True),
+]
+def ratios(a, b, m, lower):
+    xs = vals.get((a, m), {}); ys = vals.get((b, m), {})
+    rs = [(ys[r] / xs[r] if lower else xs[r] / ys[r]) for r in xs if r in ys and (xs[r] if lower else ys[r])]
+    return rs
+def fmt(x):
+    return f"{x:.3f}" if x < 1 else f"{x:.2f}" if x < 100 else f"{x:.0f}"
+def spread(rs):
+    return f"{statistics.median(rs):.2f} [{min(rs):.2f}-{max(rs):.2f}]" if rs else "n/a"
+print(f"bench-fusefs: size {size}, {files} files, {cores} cores, dir {base}, {rounds} rounds interleaved; medians, ratio median [min-max] over rounds")
+for m, label, lower in MEASURES:
+    b, x = vals.get(("basalt", m)), vals.get(("ext4", m))
+    if not b or not x:
+        continue
+    rs = ratios("basalt", "ext4", m, lower)
+    line = (f"{label:34} basalt {fmt(statistics.median(b.values())):>9}  ext4 {fmt(statistics.median(x.values())):>9}"
+            f"  ratio {spread(rs)}")
+    n = vals.get(("null", m))
+    if n:
+        cs = ratios("null", "ext4", m, lower)
+        line += f"  | FUSE ceiling {fmt(statistics.median(n.values())):>9}  ratio {statistics.median(cs):.2f}" if cs else "  | FUSE ceiling n/a"
+    print(line)
+print(f"bench-fusefs: every value (filesystem, measure, round, value) in {out}")
+PY

@@ -18,9 +18,7 @@ ROUNDS=${ROUNDS:-3}
 SIZE=${OPT_SIZE:-512M}
 FILES=${OPT_FILES:-20000}
 RUNTIME=${OPT_RUNTIME:-5}
-cargo build --release -p basalt-fusefs --bin basalt-fusefs-dev >&2
-TARGET=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-DEV="$TARGET/release/basalt-fusefs-dev"
+source fusefs/scripts/bench-lib.sh
 WORK=$(mktemp -d "${BENCH_DIR:-/var/tmp}/basalt-options-bench.XXXXXX")
 PID=""
 cleanup() {
@@ -31,6 +29,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$WORK/mnt" "$WORK/results"
+RESULTS="$WORK/results/all.tsv"
 
 # The tree for readdir/stat: FILES files of 1 KiB in FILES/100 directories.
 mkdir -p "$WORK/tree"
@@ -69,7 +68,6 @@ mount_variant() {
   mkdir "$WORK/mnt/c"
 }
 unmount_variant() { kill "$PID"; wait "$PID" || true; PID=""; }
-drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 stats() { cat "$WORK/mnt/.basalt/stats.json"; }
 # Requests and engine commits between two stats.json snapshots, as "op=n ..." (nonzero only).
 counts() {
@@ -82,13 +80,7 @@ parts.append(f"commits={b['engine']['commits'] - a['engine']['commits']}")
 print(" ".join(parts))
 PY
 }
-fio_rate() { # JSON file, direction, bw|iops
-  python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["jobs"][0][sys.argv[2]]; print(round(d["bw"]/1024,1) if sys.argv[3]=="bw" else round(d["iops"]))' "$@"
-}
-now() { date +%s.%N; }
-since() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$1" "$(now)"; }
-# record VARIANT MEASURE VALUE [COUNTS]
-record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:-}" >>"$WORK/results/all.tsv"; }
+# record VARIANT MEASURE VALUE COUNTS (bench-lib.sh; COUNTS may be empty)
 
 # fio_measured VARIANT MEASURE read|write bw|iops FIO_ARGS...: runs fio and records its
 # rate with the requests and engine commits it cost.

@@ -1,20 +1,24 @@
 # fusefs: pjdfstest + fsx against a real mount (root, /dev/fuse), and the
 # benchmarks against ext4 on the same disk.
 TEST_TARGETS += test-fusefs test-bench-fusefs
-BENCH_TARGETS += bench-fusefs bench-ring bench-options
+BENCH_TARGETS += bench-fusefs latency-fusefs bench-ring bench-options
 
-.PHONY: test-fusefs test-bench-fusefs bench-fusefs bench-ring bench-options
+.PHONY: test-fusefs test-bench-fusefs bench-fusefs latency-fusefs bench-ring bench-options
 ## test-fusefs: pjdfstest (compared with ext4 case by case) and fsx on a Basalt mount
 test-fusefs:
 	./fusefs/scripts/test-fusefs.sh
 
-## test-bench-fusefs: the bench-fusefs harness at toy sizes (two rounds): every measure reported with medians, ratio range and ceiling
+## test-bench-fusefs: the bench-fusefs harness (two rounds) and the latency split at toy sizes: every measure reported as it says
 test-bench-fusefs:
 	./fusefs/scripts/test-bench-fusefs.sh
 
 ## bench-fusefs: fio (incl. synced 4k writes), file creation, untar/find/du on Basalt vs ext4 (ratios), with the FUSE ceiling
 bench-fusefs:
 	./fusefs/scripts/bench-fusefs.sh
+
+## latency-fusefs: where a 4 KiB random read's time goes (fio qd1 and qd16): FUSE queue to reply, device time and depth, from kernel tracepoints
+latency-fusefs:
+	./fusefs/scripts/latency-split.sh
 
 ## bench-ring: the null filesystem over /dev/fuse vs over io_uring (thread on the requesting CPU or the next)
 bench-ring:

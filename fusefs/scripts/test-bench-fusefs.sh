@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The benchmark harness itself (make bench-fusefs) at toy sizes: every measure is
 # reported with both filesystems' medians and a ratio range, the FUSE ceiling where it
-# applies, and the TSV holds one value per filesystem, measure and round. Timings at
-# these sizes mean nothing; this checks that the harness runs and reports what it says.
+# applies, and the TSV holds one value per filesystem, measure and round. Then the
+# latency split (make latency-fusefs) at toy sizes: each queue depth's FUSE and device
+# times. Timings at these sizes mean nothing; this checks that the tools run and
+# report what they say.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ "$(id -u)" -ne 0 ] || ! [ -c /dev/fuse ]; then echo "test-bench-fusefs: SKIPPED: needs root and /dev/fuse"; exit 0; fi
@@ -47,4 +49,31 @@ bad += [f"{k}: rounds {sorted(v)}" for k, v in keys.items() if v != {1, 2}]
 if bad:
     sys.exit("test-bench-fusefs: FAILED:\n  " + "\n  ".join(bad))
 print(f"test-bench-fusefs: ok: {len(labels)} measures reported with medians, ratio ranges and ceilings; {len(rows)} values in the TSV (2 rounds)")
+PY
+
+LAT_SIZE=64m LAT_RUNTIME=1 LAT_QD="1 4" ./fusefs/scripts/latency-split.sh >"$LOG" 2>/dev/null
+cat "$LOG"
+python3 - "$LOG" <<'PY'
+import re, sys
+log = open(sys.argv[1]).read()
+if "latency-split: SKIPPED:" in log:
+    print("test-bench-fusefs: latency split skipped (see its reason above)")
+    sys.exit(0)
+num = r"[0-9]+(?:\.[0-9]+)?"
+bad = []
+for qd in (1, 4):
+    m = re.search(rf"^qd{qd}: fio ({num}) IOPS, latency p50 ({num}) p99 ({num}) us\n"
+                  rf"  FUSE READ queued to reply\s+mean\s+({num})\s+p50\s+({num})\s+p99\s+({num}) us\s+\(({num}) reads\)\n"
+                  rf"  device issue to completion\s+mean\s+({num})\s+p50\s+({num})\s+p99\s+({num}) us\s+\(({num}) reads, ({num}) per FUSE read\)\n"
+                  rf"  device reads in flight at each issue: mean ({num}) \(fio keeps {qd}\)\n"
+                  rf"  FUSE time beyond a device read \(means\): -?{num} us$", log, re.M)
+    if not m:
+        bad.append(f"qd{qd}: no well-formed split")
+        continue
+    iops, fuse_reads, dev_reads, depth = float(m.group(1)), float(m.group(7)), float(m.group(11)), float(m.group(13))
+    if not (iops > 0 and fuse_reads > 0 and dev_reads > 0 and depth >= 1):
+        bad.append(f"qd{qd}: {iops} IOPS, {fuse_reads} FUSE reads, {dev_reads} device reads, depth {depth}")
+if bad:
+    sys.exit("test-bench-fusefs: latency split FAILED:\n  " + "\n  ".join(bad))
+print("test-bench-fusefs: ok: latency split at qd1 and qd4 with traced FUSE and device reads")
 PY

@@ -48,9 +48,16 @@ fio --name=w --directory="$WORK/mnt/c" --filename=f --rw=write --bs=1M --size="$
 # The kernel's dev_t (major << 20 | minor) of the FUSE connection and of the data disk.
 kdev() { python3 -c 'import sys; a,b=map(int,sys.argv[1].split(":")); print(a<<20|b)' "$1"; }
 conn=$(kdev "$(mountpoint -d "$WORK/mnt")")
-disk=$(kdev "$(lsblk -no MAJ:MIN "$(findmnt -n -o SOURCE -T "$WORK/data" | sed 's/\[.*//')" | head -1 | tr -d ' ')")
+# Requests reach the whole disks under the data directory's file system (a partition,
+# LVM or md device is remapped onto them before the block tracepoints see a request).
+src=$(findmnt -n -o SOURCE -T "$WORK/data" | sed 's/\[.*//')
+disks=()
+while read -r majmin type; do
+  if [ "$type" = disk ]; then disks+=("dev == $(kdev "$majmin")"); fi
+done < <(lsblk -nrso MAJ:MIN,TYPE "$src" 2>/dev/null)
+[ ${#disks[@]} -gt 0 ] || { echo "latency-split: SKIPPED: no block device found under $src (data directory's file system)"; exit 0; }
 for e in fuse/fuse_request_send fuse/fuse_request_end; do echo "connection == $conn" >"$T/events/$e/filter"; done
-for e in block/block_rq_issue block/block_rq_complete; do echo "dev == $disk" >"$T/events/$e/filter"; done
+for e in block/block_rq_issue block/block_rq_complete; do (IFS='|'; echo "${disks[*]}" | sed 's/|/ || /g') >"$T/events/$e/filter"; done
 
 echo "latency-split: fio randread 4k direct on a Basalt mount, file $SIZE, ${RUNTIME} s traced per queue depth"
 for qd in ${LAT_QD:-1 16}; do

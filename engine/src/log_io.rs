@@ -72,7 +72,8 @@ pub struct LogIo {
     /// Buffers not written (a failure, and those queued after it), in file order.
     retry: VecDeque<Job>,
     buf_size: usize,
-    /// Buffers written on the writer's thread ([`Self::write_now`]).
+    /// Buffers written on the writer's thread ([`Self::write_now`]), for tests.
+    #[cfg(test)]
     written_inline: u64,
     thread: Option<JoinHandle<()>>,
 }
@@ -106,6 +107,7 @@ impl LogIo {
             free: Vec::new(),
             retry: VecDeque::new(),
             buf_size,
+            #[cfg(test)]
             written_inline: 0,
             thread: Some(thread),
         }
@@ -164,7 +166,10 @@ impl LogIo {
     pub fn write_now(&mut self, seg: &Segment, buf: &[u8], start: u64, len: usize) -> Result<()> {
         self.wait_all()?;
         write_log(seg, buf, start, len)?;
-        self.written_inline += 1;
+        #[cfg(test)]
+        {
+            self.written_inline += 1;
+        }
         Ok(())
     }
 

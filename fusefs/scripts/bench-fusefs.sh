@@ -41,10 +41,8 @@ source scripts/fuse-uring-switch.sh
 cleanup() {
   set +e
   fuse_uring_restore
-  if [ -n "$DEVPID" ] && kill -0 "$DEVPID" 2>/dev/null; then kill "$DEVPID"; wait "$DEVPID"; fi
-  if [ -n "$NULLPID" ] && kill -0 "$NULLPID" 2>/dev/null; then kill "$NULLPID"; wait "$NULLPID"; fi
-  mountpoint -q "$WORK/mnt" && fusermount3 -u -z "$WORK/mnt"
-  mountpoint -q "$WORK/null" && fusermount3 -u -z "$WORK/null"
+  stop_mount "$DEVPID" "$WORK/mnt"
+  stop_mount "$NULLPID" "$WORK/null"
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -54,10 +52,8 @@ EXTRA=()
 [ -n "${BENCH_OPTS:-}" ] && EXTRA+=(-o "$BENCH_OPTS")
 # -o io_uring needs the kernel's switch on for the run (put back at exit).
 case "${BENCH_OPTS:-}" in *io_uring*) fuse_uring_set Y ;; esac
-"$DEV" mount --data "$WORK/data" "${EXTRA[@]}" "$WORK/mnt" >"$WORK/dev.log" 2>&1 &
-DEVPID=$!
-for _ in $(seq 200); do mountpoint -q "$WORK/mnt" && break; sleep 0.05; done
-mountpoint -q "$WORK/mnt" || { cat "$WORK/dev.log"; exit 1; }
+start_mount "$WORK/mnt" "$WORK/dev.log" mount --data "$WORK/data" "${EXTRA[@]}"
+DEVPID=$MOUNT_PID
 mkdir "$WORK/mnt/c"
 # The null filesystem (no storage work, FUSE only) beside it: the ceiling of any FUSE
 # filesystem for the round-trip-bound measures. It keeps data in memory (files of at
@@ -66,10 +62,8 @@ mkdir "$WORK/mnt/c"
 mkdir -p "$WORK/null"
 NULL_OPTS=()
 case "${BENCH_OPTS:-}" in *io_uring*) NULL_OPTS=(-o "$BENCH_OPTS") ;; esac # the same transport
-"$DEV" nullfs "${NULL_OPTS[@]}" "$WORK/null" >"$WORK/null.log" 2>&1 &
-NULLPID=$!
-for _ in $(seq 200); do mountpoint -q "$WORK/null" && break; sleep 0.05; done
-mountpoint -q "$WORK/null" || { cat "$WORK/null.log"; exit 1; }
+start_mount "$WORK/null" "$WORK/null.log" nullfs "${NULL_OPTS[@]}"
+NULLPID=$MOUNT_PID
 mkdir "$WORK/null/c"
 fio --name=seqw --directory="$WORK/null/c" --filename=seq --rw=write --bs=1M --size=1g >/dev/null
 tar -C "$(dirname "$TREE")" -cf "$WORK/src.tar" "$(basename "$TREE")"

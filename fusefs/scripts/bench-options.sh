@@ -23,8 +23,7 @@ WORK=$(mktemp -d "${BENCH_DIR:-/var/tmp}/basalt-options-bench.XXXXXX")
 PID=""
 cleanup() {
   set +e
-  if [ -n "$PID" ] && kill -0 "$PID" 2>/dev/null; then kill "$PID"; wait "$PID"; fi
-  mountpoint -q "$WORK/mnt" && fusermount3 -u -z "$WORK/mnt"
+  stop_mount "$PID" "$WORK/mnt"
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -61,13 +60,11 @@ mount_variant() {
   local args=()
   read -r -a args <<<"$1"
   rm -rf "$WORK/data"
-  "$DEV" mount --data "$WORK/data" "${args[@]}" "$WORK/mnt" >"$WORK/dev.log" 2>&1 &
-  PID=$!
-  for _ in $(seq 200); do mountpoint -q "$WORK/mnt" && break; sleep 0.05; done
-  mountpoint -q "$WORK/mnt" || { cat "$WORK/dev.log"; exit 1; }
+  start_mount "$WORK/mnt" "$WORK/dev.log" mount --data "$WORK/data" "${args[@]}"
+  PID=$MOUNT_PID
   mkdir "$WORK/mnt/c"
 }
-unmount_variant() { kill "$PID"; wait "$PID" || true; PID=""; }
+unmount_variant() { stop_mount "$PID" "$WORK/mnt"; PID=""; }
 stats() { cat "$WORK/mnt/.basalt/stats.json"; }
 # Requests and engine commits between two stats.json snapshots, as "op=n ..." (nonzero only).
 counts() {

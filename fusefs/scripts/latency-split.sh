@@ -30,18 +30,15 @@ cleanup() {
   set +e
   echo 0 >"$T/tracing_on"
   for e in "${EVENTS[@]}"; do echo 0 >"$T/events/$e/enable"; echo 0 >"$T/events/$e/filter"; done
-  if [ -n "$PID" ] && kill -0 "$PID" 2>/dev/null; then kill "$PID"; wait "$PID"; fi
-  mountpoint -q "$WORK/mnt" && fusermount3 -u -z "$WORK/mnt"
+  stop_mount "$PID" "$WORK/mnt"
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 mkdir -p "$WORK/mnt"
 opts=()
 [ -n "${LAT_OPTS:-}" ] && opts=(-o "$LAT_OPTS")
-"$DEV" mount --data "$WORK/data" "${opts[@]}" "$WORK/mnt" >"$WORK/dev.log" 2>&1 &
-PID=$!
-for _ in $(seq 200); do mountpoint -q "$WORK/mnt" && break; sleep 0.05; done
-mountpoint -q "$WORK/mnt" || { cat "$WORK/dev.log"; exit 1; }
+start_mount "$WORK/mnt" "$WORK/dev.log" mount --data "$WORK/data" "${opts[@]}"
+PID=$MOUNT_PID
 mkdir "$WORK/mnt/c"
 fio --name=w --directory="$WORK/mnt/c" --filename=f --rw=write --bs=1M --size="$SIZE" --end_fsync=1 >/dev/null
 

@@ -180,8 +180,11 @@ impl State {
                     return Ok(());
                 }
                 if n.has_dirty_data() {
-                    // Unflushed writes win: the flush rewrites the document.
-                    self.node_mut(ino)?.docs_dirty = true;
+                    // Unflushed writes win: the flush rewrites the document. What it
+                    // reads back of the stored document is the engine's new one.
+                    let n = self.node_mut(ino)?;
+                    n.docs_dirty = true;
+                    n.tail = None;
                     self.mark_dirty(ino);
                     return Ok(());
                 }

@@ -412,6 +412,7 @@ impl State {
             data.truncate(new as usize);
             let n = self.node_mut(ino)?;
             if back_to_inline {
+                n.tail = None;
                 n.storage = Storage::Inline;
                 n.delete_chunks_from = Some(0);
                 n.dirty.clear();

@@ -915,6 +915,9 @@ impl BasaltFs {
         n.open = n.open.saturating_sub(1);
         if write {
             n.writers = n.writers.saturating_sub(1);
+            if n.writers == 0 {
+                n.tail = None;
+            }
         }
         if n.open == 0 && n.nlink == 0 {
             // Last close of an unlinked file: its data goes now.

@@ -131,6 +131,13 @@ pub struct Node {
     /// record) and has not been chunked since. Unlinking it then skips the scan for
     /// chunks.
     pub no_chunks: bool,
+    /// `(index, bytes)`: the stored bytes of chunk `index` (what `stored_chunk` would
+    /// read; an inline file's content is chunk 0), kept after a flush wrote them whole
+    /// while a handle could write: an inline file's content, a chunked file's short
+    /// last chunk or a chunk rewritten after its patches filled up. A growing file (a
+    /// database's write-ahead log) then changes its last chunk without reading it
+    /// back. Dropped when the storage form changes or the last writer closes.
+    pub tail: Option<(u64, Vec<u8>)>,
 }
 
 /// Mode bits `perm` after a write, truncate or chown took its privileges: without
@@ -183,6 +190,7 @@ impl Node {
             docs_dirty: false,
             has_doc: false,
             no_chunks: false,
+            tail: None,
         }
     }
 
@@ -393,6 +401,9 @@ pub struct ChunkIo {
     pub written_whole: AtomicU64,
     /// Pages written as patches.
     pub patch_pages: AtomicU64,
+    /// Read-backs not needed: the chunk was the file's last, kept since its flush
+    /// ([`Node::tail`]).
+    pub tail_kept: AtomicU64,
 }
 
 impl ChunkIo {
@@ -409,10 +420,72 @@ impl ChunkIo {
         serde_json::json!({
             "read_back": self.read_back.load(Ordering::Relaxed),
             "written_whole": self.written_whole.load(Ordering::Relaxed),
+            "read_back_avoided": self.tail_kept.load(Ordering::Relaxed),
             "patch_pages_written": self.patch_pages.load(Ordering::Relaxed),
             "patched_chunks": chunks,
             "patched_pages": pages,
         })
+    }
+}
+
+/// How a flush changes a file's [`Node::tail`]: the chunk it keeps is updated with the
+/// flush's writes to it, or replaced by a short last chunk written whole. Nothing is
+/// kept without a handle that can write (memory stays bounded by the open writers) or
+/// once the chunk is deleted as stale.
+struct TailUpdate {
+    kept: Option<(u64, Vec<u8>)>,
+    /// Whole chunks are kept only while the file is open for writing.
+    keep_new: bool,
+    size: u64,
+    chunk_size: u64,
+}
+
+impl TailUpdate {
+    /// Takes `n`'s tail for the flush (a refused flush leaves none: safe, the next
+    /// change of that chunk reads it back).
+    fn new(n: &mut Node) -> TailUpdate {
+        let file = n.kind == Kind::File;
+        let stale = |idx: u64| n.delete_chunks_from.is_some_and(|f| idx >= f);
+        let kept = (n.tail.take()).filter(|(idx, _)| file && n.writers > 0 && !stale(*idx));
+        TailUpdate {
+            kept,
+            keep_new: file && n.writers > 0,
+            size: n.size,
+            chunk_size: n.chunk_size,
+        }
+    }
+
+    /// Chunk `idx` (at byte `start`) is written whole as `data`; `patched` if it was
+    /// changed in part (not replaced by writes covering it).
+    fn written(&mut self, idx: u64, start: u64, data: &[u8], patched: bool) {
+        let short_last =
+            (data.len() as u64) < self.chunk_size && start + self.chunk_size >= self.size;
+        if self.keep_new && (short_last || patched) {
+            self.kept = Some((idx, data.to_vec()));
+        } else if self.kept.as_ref().is_some_and(|(i, _)| *i == idx) {
+            self.kept = None;
+        }
+    }
+
+    /// An inline file's content is written as `data`.
+    fn written_inline(&mut self, data: &[u8]) {
+        self.kept = self.keep_new.then(|| (0, data.to_vec()));
+    }
+
+    /// Pages `pages` of chunk `idx` are written as patches, each its page of `data`,
+    /// as `stored_chunk` lays a patch over its chunk.
+    fn patched(&mut self, idx: u64, pages: u64, data: &[u8]) {
+        let Some((_, bytes)) = self.kept.as_mut().filter(|(i, _)| *i == idx) else {
+            return;
+        };
+        for p in pages_of(pages) {
+            let a = (p as u64 * layout::PATCH_PAGE) as usize;
+            let z = (a + layout::PATCH_PAGE as usize).min(data.len());
+            if bytes.len() < z {
+                bytes.resize(z, 0);
+            }
+            bytes[a..z].copy_from_slice(&data[a..z]);
+        }
     }
 }
 
@@ -581,6 +654,10 @@ impl State {
         let Some(k) = key else {
             return Ok(Vec::new());
         };
+        if let Some((_, bytes)) = n.tail.as_ref().filter(|(i, _)| *i == idx) {
+            ChunkIo::add(&self.chunk_io.tail_kept, 1);
+            return Ok(bytes.clone());
+        }
         ChunkIo::add(&self.chunk_io.read_back, 1);
         let mut data = match self.db.get(coll, &k) {
             Ok(v) => v.unwrap_or_default(),
@@ -645,6 +722,7 @@ impl State {
         };
         let n = self.node_mut(ino)?;
         n.storage = Storage::Chunked;
+        n.tail = None;
         n.no_chunks = false;
         n.docs_dirty = true;
         n.delete_chunks_from = Some(0);
@@ -728,12 +806,15 @@ impl State {
         // Patch bitmaps as they will be once the batch is written (0: no patches left).
         let mut patched: Vec<(u64, u64)> = Vec::new();
         let (mut whole, mut pages_written) = (0u64, 0u64);
+        // The stored bytes of the chunk [`Node::tail`] keeps, as this batch leaves them.
+        let mut tail = TailUpdate::new(n);
         if let Some((path, base)) = inline_path {
             let mut data = match base {
                 Some(d) => d,
                 None => dirty.remove(&0).map(|c| c.data).unwrap_or_default(),
             };
             data.resize(size as usize, 0);
+            tail.written_inline(&data);
             b.put(&coll, path, data);
         } else if n.kind == Kind::File && n.storage == Storage::Chunked {
             for (idx, mut c) in std::mem::take(&mut dirty) {
@@ -755,6 +836,7 @@ impl State {
                         }
                         patched.push((idx, had | pages));
                         pages_written += u64::from(pages.count_ones());
+                        tail.patched(idx, pages, &c.data);
                         // Kept (not moved into the batch): restored if it is refused.
                         dirty.insert(idx, c);
                     }
@@ -766,6 +848,7 @@ impl State {
                         if had != 0 {
                             patched.push((idx, 0));
                         }
+                        tail.written(idx, start, &c.data, c.pages.is_some());
                         b.put(&coll, layout::chunk_key(fid, idx), c.data);
                         whole += 1;
                     }
@@ -790,6 +873,7 @@ impl State {
         ChunkIo::add(&self.chunk_io.written_whole, whole);
         ChunkIo::add(&self.chunk_io.patch_pages, pages_written);
         let n = self.node_mut(ino)?;
+        n.tail = tail.kept;
         if let Some(from) = stale_from {
             n.patches.split_off(&from);
         }
@@ -941,6 +1025,7 @@ impl State {
 
     /// Deletes every record of an inode that no name refers to and no handle holds.
     pub fn purge_inode(&mut self, ino: u64, b: &mut Batch) -> Result<(), Errno> {
+        self.node_mut(ino)?.tail = None;
         let n = self.node(ino)?;
         let coll = self.coll_name(n.coll)?.to_string();
         b.delete(&coll, layout::inode_key(n.fid));

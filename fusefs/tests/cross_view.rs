@@ -1095,6 +1095,121 @@ fn synced_small_writes_commit_their_pages_not_their_chunks() {
     h.unmount().unwrap();
 }
 
+/// The mount's chunks read back so far, and the read-backs it did without (the chunk
+/// kept since its flush).
+fn read_backs(mp: &Path) -> (u64, u64) {
+    let v = common::stats(mp);
+    let c = &v["filesystem"]["chunks"];
+    (
+        c["read_back"].as_u64().unwrap(),
+        c["read_back_avoided"].as_u64().unwrap(),
+    )
+}
+
+/// A file that grows by synced appends (a database's write-ahead log: 4120-byte frames,
+/// each followed by `fdatasync`) changes its short last chunk without reading it back,
+/// and a chunk rewritten whole after its patches filled up is not read back for the
+/// next such rewrite while the file stays open; after the last writer closes nothing
+/// is kept. Random appends, overwrites and truncates on the same handle then read the
+/// same through the mount (O_DIRECT), after a remount and through the engine API.
+#[test]
+fn growing_and_rewritten_chunks_are_not_read_back() {
+    require_fuse!();
+    let (_tmp, data, mp) = data_and_mountpoint();
+    let chunk = basalt_fusefs::DEFAULT_CHUNK_SIZE;
+    let page = 4096;
+    let h = mount(open_db(&data), cfg(&mp)).unwrap();
+    std::fs::create_dir(mp.join("db")).unwrap();
+    let wal = mp.join("db/wal");
+    let f = std::fs::File::create(&wal).unwrap();
+    let mut model = Vec::new();
+    synced_write(&f, &mut model, 0, pattern(1, 32));
+    let before = read_backs(&mp);
+    for i in 0..64 {
+        let at = model.len();
+        synced_write(&f, &mut model, at, pattern(10 + i, 4120));
+    }
+    let grown = read_backs(&mp);
+    assert!(model.len() > 4 * chunk, "the log spans several chunks");
+    assert_eq!(grown.0 - before.0, 0, "chunks read back while appending");
+    assert!(
+        grown.1 > before.1,
+        "appends changed a kept chunk: {grown:?}"
+    );
+    // Chunk 1 is full and stored. Pages 0-8 of it, each synced: the ninth makes the
+    // patches cover more than half the chunk, so it is written whole, read back once.
+    let rewrite = |f: &std::fs::File, model: &mut Vec<u8>, seed: u64| {
+        for p in 0..9 {
+            synced_write(f, model, chunk + p * page, pattern(seed + p as u64, page));
+        }
+    };
+    rewrite(&f, &mut model, 100);
+    let once = read_backs(&mp);
+    assert_eq!(
+        once.0 - grown.0,
+        1,
+        "the first whole rewrite reads the chunk"
+    );
+    rewrite(&f, &mut model, 200);
+    let twice = read_backs(&mp);
+    assert_eq!(
+        twice.0 - once.0,
+        0,
+        "the second whole rewrite reads nothing"
+    );
+    assert!(twice.1 > once.1);
+    // Random appends, overwrites and truncates, each synced, on the same handle.
+    let mut x = 0x7a11_u64;
+    let mut next = move |n: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % n as u64) as usize
+    };
+    for i in 0..150u64 {
+        match next(6) {
+            0 => {
+                let cut = model.len().saturating_sub(next(2 * chunk));
+                f.set_len(cut as u64).unwrap();
+                model.truncate(cut);
+                f.sync_data().unwrap();
+            }
+            1 | 2 => {
+                let at = next(model.len() + 1);
+                synced_write(&f, &mut model, at, pattern(300 + i, 1 + next(9000)));
+            }
+            _ => {
+                let at = model.len();
+                synced_write(&f, &mut model, at, pattern(300 + i, 4120));
+            }
+        }
+    }
+    let d = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&wal)
+        .unwrap();
+    let mut got = vec![0; model.len()];
+    d.read_exact_at(&mut got, 0).unwrap();
+    assert_bytes(&got, &model, "direct read while open for writing");
+    drop((d, f));
+    std::thread::sleep(std::time::Duration::from_millis(200)); // RELEASE is asynchronous
+                                                               // No writer: nothing kept, so the same rewrite reads chunk 1 back again.
+    let f = std::fs::OpenOptions::new().write(true).open(&wal).unwrap();
+    let closed = read_backs(&mp);
+    rewrite(&f, &mut model, 400);
+    assert_eq!(read_backs(&mp).0 - closed.0, 1, "read back after a reopen");
+    drop(f);
+    assert_bytes(&std::fs::read(&wal).unwrap(), &model, "mount");
+    h.unmount().unwrap();
+    let db = open_db(&data);
+    assert_bytes(&doc(&db, "db", "wal"), &model, "engine view");
+    drop(db);
+    let h = mount(open_db(&data), cfg(&mp)).unwrap();
+    assert_bytes(&std::fs::read(&wal).unwrap(), &model, "after remount");
+    h.unmount().unwrap();
+}
+
 /// A directory the kernel has listed (and cached) lists documents written and deleted
 /// through the engine API while mounted at once: the next OPENDIR drops the cached
 /// listing.

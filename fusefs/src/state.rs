@@ -69,6 +69,16 @@ pub fn page_mask(a: u64, z: u64) -> u64 {
     (first..last.min(MAX_PATCHED_PAGES)).fold(0, |m, p| m | 1 << p)
 }
 
+/// Lays patch `bytes` over page `p` of chunk bytes `data` (growing it if they reach
+/// past its end).
+fn put_page(data: &mut Vec<u8>, p: u32, bytes: &[u8]) {
+    let a = (p as u64 * layout::PATCH_PAGE) as usize;
+    if data.len() < a + bytes.len() {
+        data.resize(a + bytes.len(), 0);
+    }
+    data[a..a + bytes.len()].copy_from_slice(bytes);
+}
+
 /// The pages set in a patch bitmap.
 pub fn pages_of(mask: u64) -> impl Iterator<Item = u32> {
     (0..64u32).filter(move |p| mask & (1 << p) != 0)
@@ -481,10 +491,7 @@ impl TailUpdate {
         for p in pages_of(pages) {
             let a = (p as u64 * layout::PATCH_PAGE) as usize;
             let z = (a + layout::PATCH_PAGE as usize).min(data.len());
-            if bytes.len() < z {
-                bytes.resize(z, 0);
-            }
-            bytes[a..z].copy_from_slice(&data[a..z]);
+            put_page(bytes, p, &data[a..z]);
         }
     }
 }
@@ -674,12 +681,7 @@ impl State {
                 .multi_get(coll, &refs)
                 .map_err(|e| engine_err(coll, &keys[0], &e))?;
             for (p, v) in pages_of(mask).zip(got) {
-                let v = v.unwrap_or_default();
-                let a = (p as u64 * layout::PATCH_PAGE) as usize;
-                if data.len() < a + v.len() {
-                    data.resize(a + v.len(), 0);
-                }
-                data[a..a + v.len()].copy_from_slice(&v);
+                put_page(&mut data, p, &v.unwrap_or_default());
             }
         }
         Ok(data)

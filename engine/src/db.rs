@@ -958,6 +958,7 @@ impl Db {
             true => ops.iter().map(|op| op.0).collect(),
             false => Vec::new(),
         };
+        let _telling = self.inner.observers.begin();
         let seqno = self.inner.commit(CommitOps::User(ops))?;
         self.inner.observers.tell(|| {
             batch
@@ -989,6 +990,31 @@ impl Db {
     /// [`WriteObserver`]); returns an id for [`Db::stop_observing`].
     pub fn observe_writes(&self, f: WriteObserver) -> u64 {
         self.inner.observers.add(f)
+    }
+
+    /// The seqno of the last visible write, read at a moment when every user write up
+    /// to it had been told to the observers (waiting while one is being committed or
+    /// told). An observer that has taken in everything it was told by the time this
+    /// returns `s` has seen every write with a seqno up to `s`.
+    pub fn settled_seqno(&self) -> Seqno {
+        let mut tries = 0u32;
+        loop {
+            let s = self.inner.visible_seqno.load(Ordering::SeqCst);
+            if self.inner.observers.all_told() {
+                return s;
+            }
+            tries += 1;
+            if tries < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+        }
+    }
+
+    /// The seqno of the last visible write (0 for none).
+    pub fn last_seqno(&self) -> Seqno {
+        self.inner.visible_seqno.load(Ordering::SeqCst)
     }
 
     /// Unregisters the observer `id` returned by [`Db::observe_writes`].
@@ -1185,6 +1211,7 @@ impl Collection {
 
     fn write_one(&self, kind: Kind, key: &[u8], value: &[u8]) -> Result<Seqno> {
         let inner = &self.db.inner;
+        let _telling = inner.observers.begin();
         let seqno = inner.commit(CommitOps::User(vec![(self.id, kind, key, value)]))?;
         inner.observers.tell(|| {
             vec![Written {

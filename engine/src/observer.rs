@@ -29,6 +29,18 @@ pub(crate) struct Observers {
     /// Any observer registered: the write path skips building the list otherwise.
     any: AtomicBool,
     next_id: AtomicU64,
+    /// User writes between the start of their commit and the end of their telling.
+    untold: AtomicU64,
+}
+
+/// A user write being committed and told: counted in [`Observers::untold`] until
+/// dropped (after the telling, or when the commit fails).
+pub(crate) struct Telling<'a>(&'a AtomicU64);
+
+impl Drop for Telling<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Observers {
@@ -44,6 +56,17 @@ impl Observers {
         let mut l = self.list.write();
         l.retain(|(i, _)| *i != id);
         self.any.store(!l.is_empty(), Ordering::SeqCst);
+    }
+
+    /// Marks a user write as begun; hold the guard until its observers were told.
+    pub fn begin(&self) -> Telling<'_> {
+        self.untold.fetch_add(1, Ordering::SeqCst);
+        Telling(&self.untold)
+    }
+
+    /// Whether no user write is between its commit's start and its telling's end.
+    pub fn all_told(&self) -> bool {
+        self.untold.load(Ordering::SeqCst) == 0
     }
 
     /// Whether any observer is registered (one atomic load).

@@ -753,6 +753,59 @@ fn write_observers_are_told_each_committed_write_once() {
     );
 }
 
+/// `settled_seqno` does not return the seqno of a write whose observers are still
+/// being told: while an observer holds a put's telling, it waits; once told, it returns
+/// that put's seqno, which `last_seqno` showed as soon as the put was visible. A
+/// failed write leaves nothing to wait for, and an unchanged engine keeps its last
+/// seqno across a clean reopen.
+#[test]
+fn settled_seqno_waits_for_the_observers_of_visible_writes() {
+    use std::sync::{mpsc, Arc, Mutex};
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    let c = db.create_collection("docs").unwrap();
+    c.put(b"a", b"1").unwrap();
+    let before = db.settled_seqno();
+    assert_eq!(before, db.last_seqno());
+    let (entered_tx, entered) = mpsc::channel::<()>();
+    let (release, release_rx) = mpsc::channel::<()>();
+    let gate = Mutex::new((entered_tx, release_rx));
+    db.observe_writes(Arc::new(move |_| {
+        let g = gate.lock().unwrap();
+        g.0.send(()).unwrap();
+        g.1.recv().unwrap();
+    }));
+    let writer = {
+        let c = c.clone();
+        std::thread::spawn(move || c.put(b"b", b"2").unwrap())
+    };
+    entered.recv().unwrap();
+    let visible = db.last_seqno();
+    assert!(visible > before, "the put is visible while being told");
+    let settled = {
+        let db = db.clone();
+        std::thread::spawn(move || db.settled_seqno())
+    };
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(!settled.is_finished(), "settled_seqno returned mid-telling");
+    release.send(()).unwrap();
+    let put = writer.join().unwrap();
+    assert_eq!(put, visible);
+    assert_eq!(settled.join().unwrap(), visible);
+    let mut bad = WriteBatch::new();
+    bad.put("missing", b"x", b"y");
+    assert!(db.write(&bad).is_err());
+    assert_eq!(
+        db.settled_seqno(),
+        visible,
+        "a failed write is not waited for"
+    );
+    db.flush().unwrap();
+    drop((c, db));
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    assert_eq!(db.last_seqno(), visible, "after a clean reopen");
+}
+
 /// `catalog_changes` counts each successful create, drop and rename of a collection,
 /// and nothing else (document writes, failed catalog operations, lookups).
 #[test]

@@ -90,6 +90,11 @@ impl External {
         }
     }
 
+    /// Whether keys are queued.
+    pub fn pending(&self) -> bool {
+        self.any.load(Ordering::SeqCst)
+    }
+
     /// The queued keys, if any (one atomic load when there are none).
     pub fn take(&self) -> Option<Keys> {
         if !self.any.load(Ordering::SeqCst) {

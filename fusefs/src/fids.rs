@@ -77,6 +77,11 @@ impl Fids {
         id
     }
 
+    /// The lowest id not yet handed out or reserved in collection `coll` (0: none).
+    pub fn next_free(&self, coll: CollId) -> u64 {
+        locked(&self.next).get(&coll).copied().unwrap_or(0)
+    }
+
     /// Ids below `floor` are taken in collection `coll` (stored ones seen at load).
     pub fn reserve_below(&self, coll: CollId, floor: u64) {
         let mut next = locked(&self.next);

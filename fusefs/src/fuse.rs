@@ -208,6 +208,33 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Writes the tree snapshot (`crate::tree_snapshot`) of a complete tree: flushed,
+    /// with every engine-API write up to the engine's settled seqno taken in (taking
+    /// the lock takes in what is queued). Returns the seqno and the inodes described.
+    pub fn save_tree_snapshot(&self) -> Result<(u64, usize), String> {
+        for _ in 0..8 {
+            let mut st = self.lock();
+            crate::tree_snapshot::mark_unnamed(&mut st);
+            st.flush_all()
+                .map_err(|e| format!("flush: {}", std::io::Error::from_raw_os_error(e.0)))?;
+            let seqno = st.db.settled_seqno();
+            let caught_up = !self.external.pending() && st.catalog_seen == st.db.catalog_changes();
+            if !caught_up || !crate::tree_snapshot::is_settled(&st) {
+                continue;
+            }
+            let snap = crate::tree_snapshot::Snapshot::of_state(&st, seqno)?;
+            let inodes = snap.colls.values().map(|(_, r)| r.recs.len()).sum();
+            st.db.sync().map_err(|e| format!("sync: {e}"))?;
+            st.db
+                .write_aux(crate::tree_snapshot::AUX_NAME, &snap.encode())
+                .map_err(|e| format!("write: {e}"))?;
+            return Ok((seqno, inodes));
+        }
+        Err("the tree kept changing while it was saved".into())
+    }
+}
+
 /// Set once a session ended (unmounted from inside or outside); shared by a
 /// filesystem, its mount handle and the flusher.
 #[derive(Default)]
@@ -675,7 +702,10 @@ impl BasaltFs {
         crate::load::unlink_child(&mut st, ROOT_INO, from);
         crate::load::link_child(&mut st, ROOT_INO, to.to_os_string(), src);
         let now = SystemTime::now();
-        st.node_mut(src)?.ctime = now;
+        let n = st.node_mut(src)?;
+        n.ctime = now;
+        n.meta_dirty = true;
+        st.mark_dirty(src);
         Ok(())
     }
 
@@ -709,7 +739,10 @@ impl BasaltFs {
         crate::load::link_child(&mut st, ROOT_INO, b.to_os_string(), ia);
         let now = SystemTime::now();
         for ino in [ia, ib] {
-            st.node_mut(ino)?.ctime = now;
+            let n = st.node_mut(ino)?;
+            n.ctime = now;
+            n.meta_dirty = true;
+            st.mark_dirty(ino);
         }
         Ok(())
     }
@@ -741,6 +774,7 @@ impl BasaltFs {
                         "max_write": self.shared.opts.max_write,
                         "requests": self.shared.requests.to_json(),
                         "read_pool": self.shared.reads.to_json(),
+                        "tree_loaded_from": st.tree_loaded.to_json(),
                     }
                 })
             }
@@ -1686,6 +1720,11 @@ impl Filesystem for BasaltFs {
     fn destroy(&mut self) {
         if let Err(e) = self.shared.flush_and_sync() {
             eprintln!("basalt-fusefs: flush at unmount failed: errno {}", e.0);
+        } else if let Err(e) = self.shared.save_tree_snapshot() {
+            eprintln!(
+                "basalt-fusefs: no tree snapshot written at unmount ({e}); the next mount \
+                 reads the tree from the engine"
+            );
         }
         self.shared.done.mark();
     }

@@ -190,16 +190,17 @@ fn put_time(out: &mut Vec<u8>, t: SystemTime) {
     out.extend_from_slice(&nanos.to_be_bytes());
 }
 
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+/// Appends `b` with its length (be32) first.
+pub(crate) fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(&(b.len() as u32).to_be_bytes());
     out.extend_from_slice(b);
 }
 
 /// A bounds-checked reader over a byte slice.
-struct Cursor<'a>(&'a [u8]);
+pub(crate) struct Cursor<'a>(pub(crate) &'a [u8]);
 
 impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+    pub(crate) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         if self.0.len() < n {
             return None;
         }
@@ -207,19 +208,19 @@ impl<'a> Cursor<'a> {
         self.0 = b;
         Some(a)
     }
-    fn u8(&mut self) -> Option<u8> {
+    pub(crate) fn u8(&mut self) -> Option<u8> {
         Some(self.take(1)?[0])
     }
-    fn u16(&mut self) -> Option<u16> {
+    pub(crate) fn u16(&mut self) -> Option<u16> {
         Some(u16::from_be_bytes(self.take(2)?.try_into().ok()?))
     }
-    fn u32(&mut self) -> Option<u32> {
+    pub(crate) fn u32(&mut self) -> Option<u32> {
         Some(u32::from_be_bytes(self.take(4)?.try_into().ok()?))
     }
-    fn u64(&mut self) -> Option<u64> {
+    pub(crate) fn u64(&mut self) -> Option<u64> {
         Some(u64::from_be_bytes(self.take(8)?.try_into().ok()?))
     }
-    fn time(&mut self) -> Option<SystemTime> {
+    pub(crate) fn time(&mut self) -> Option<SystemTime> {
         let secs = self.u64()? as i64;
         let nanos = self.u32()?;
         if nanos >= 1_000_000_000 {
@@ -233,7 +234,7 @@ impl<'a> Cursor<'a> {
                 .checked_add(Duration::from_nanos(nanos as u64))
         }
     }
-    fn bytes(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn bytes(&mut self) -> Option<Vec<u8>> {
         let n = self.u32()? as usize;
         Some(self.take(n)?.to_vec())
     }

@@ -23,6 +23,7 @@ mod requests;
 pub mod ring;
 mod ring_serve;
 mod state;
+mod tree_snapshot;
 mod views;
 
 pub use connection::abort_mount as abort_connection;
@@ -32,6 +33,7 @@ pub use mount::{
     disable_transparent_huge_pages, force_unmount, is_stale_mount, mount, mount_null,
     readahead_file, MountConfig, MountHandle, DEFAULT_READAHEAD_KB,
 };
+pub use tree_snapshot::{verify as verify_tree_snapshot, AUX_NAME as TREE_SNAPSHOT_AUX};
 
 /// Incompressible bytes (a xorshift stream), for the unit tests.
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! through the engine API is dropped; inodes left with no name (unlinked while open
 //! when the daemon died) are purged.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::ops::Bound;
 use std::os::unix::ffi::OsStrExt;
@@ -21,16 +21,20 @@ use crate::state::{Batch, Coll, Node, State};
 const MANIFEST_READ_BATCH: usize = 256;
 
 /// Records of one collection read at mount: inode records by fid with the largest fid,
-/// name records by path, and documents with their length and manifest.
-struct Records {
-    recs: HashMap<u64, InodeRecord>,
-    max_fid: u64,
-    names: BTreeMap<Vec<u8>, u64>,
-    docs: Docs,
+/// name records by path, documents with their length and manifest, and the keys of
+/// chunk patches. Read from the engine, or from the tree snapshot of a clean unmount
+/// (`crate::tree_snapshot`), which holds the same.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Records {
+    pub recs: foldhash::HashMap<u64, InodeRecord>,
+    pub max_fid: u64,
+    pub names: BTreeMap<Vec<u8>, u64>,
+    pub docs: Docs,
+    pub patches: Vec<Vec<u8>>,
 }
 
 /// Documents by key: length, and the manifest when the document is one.
-type Docs = BTreeMap<Vec<u8>, (u64, Option<Manifest>)>;
+pub(crate) type Docs = BTreeMap<Vec<u8>, (u64, Option<Manifest>)>;
 
 /// Reads the three kinds of records of collection `c`: inode and name records in one
 /// pass that reads each block holding any of them once ([`ScanIter::gather`]: they lie
@@ -38,10 +42,11 @@ type Docs = BTreeMap<Vec<u8>, (u64, Option<Manifest>)>;
 /// two kinds read most blocks twice), documents' lengths from the index meanwhile.
 ///
 /// [`ScanIter::gather`]: basalt_engine::ScanIter::gather
-fn read_records(c: &Collection, name: &str) -> Result<Records, basalt_engine::Error> {
+pub(crate) fn read_records(c: &Collection, name: &str) -> Result<Records, basalt_engine::Error> {
     std::thread::scope(|s| {
         let docs = s.spawn(|| read_docs(c));
         let meta = read_metadata(c, name);
+        let patches = read_patch_keys(c);
         let docs = docs
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -51,13 +56,26 @@ fn read_records(c: &Collection, name: &str) -> Result<Records, basalt_engine::Er
             max_fid,
             names,
             docs: docs?,
+            patches: patches?,
         })
     })
 }
 
+/// The keys of chunk patches (a keys-only scan).
+fn read_patch_keys(c: &Collection) -> Result<Vec<Vec<u8>>, basalt_engine::Error> {
+    c.scan_prefix(layout::PATCH_PREFIX, Direction::Forward)?
+        .keys()
+        .map(|k| k.map(|k| k.to_vec()))
+        .collect()
+}
+
 /// Inode records by fid with the largest fid seen (malformed records included), and
 /// name records (path -> fid).
-type Metadata = (HashMap<u64, InodeRecord>, u64, BTreeMap<Vec<u8>, u64>);
+type Metadata = (
+    foldhash::HashMap<u64, InodeRecord>,
+    u64,
+    BTreeMap<Vec<u8>, u64>,
+);
 
 /// Inode and name records, read together.
 fn read_metadata(c: &Collection, name: &str) -> Result<Metadata, basalt_engine::Error> {
@@ -71,7 +89,7 @@ fn read_metadata(c: &Collection, name: &str) -> Result<Metadata, basalt_engine::
             Direction::Forward,
         )?
         .gather()?;
-    let mut recs = HashMap::new();
+    let mut recs = foldhash::HashMap::default();
     let mut max_fid = 0u64;
     let mut names = BTreeMap::new();
     for (k, v) in records {
@@ -146,16 +164,31 @@ impl Pathless {
     }
 }
 
-/// Loads collection `name` into the state; returns its root directory inode.
+/// Loads collection `name` into the state from its engine records; returns its root
+/// directory inode.
 pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine::Error> {
     let c = st.db.collection(name)?;
+    let records = read_records(&c, name)?;
+    build_collection(st, &c, records)
+}
+
+/// Builds collection `c` in the state from its records (see [`load_collection`]);
+/// records that describe nothing (names of deleted documents, orphan inodes, unusable
+/// patches) are deleted.
+pub(crate) fn build_collection(
+    st: &mut State,
+    c: &Collection,
+    records: Records,
+) -> Result<u64, basalt_engine::Error> {
+    let name = c.name();
     let now = SystemTime::now();
     let Records {
         recs,
         max_fid,
         names,
         mut docs,
-    } = read_records(&c, name)?;
+        patches,
+    } = records;
 
     let coll_id = st.next_coll;
     st.next_coll += 1;
@@ -190,10 +223,10 @@ pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine:
         }
     }
 
-    let mut fid_ino: HashMap<u64, u64> = HashMap::new();
+    let mut fid_ino: foldhash::HashMap<u64, u64> = Default::default();
     fid_ino.insert(st.nodes[&root_ino].fid, root_ino);
     let mut cleanup = Batch::default();
-    let mut used_fids = std::collections::HashSet::new();
+    let mut used_fids: foldhash::HashSet<u64> = Default::default();
 
     // Named inodes first (sorted: parents before children).
     for (path, fid) in &names {
@@ -337,11 +370,7 @@ pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine:
     // Patches of chunks: which pages of which stored chunks are newer. One that no
     // loaded chunked file can use (its inode is an orphan, or the file is inline
     // now) is deleted.
-    for k in c
-        .scan_prefix(layout::PATCH_PREFIX, Direction::Forward)?
-        .keys()
-    {
-        let k = k?;
+    for k in patches {
         let node = layout::patch_location(&k).and_then(|(fid, idx, page)| {
             let n = st.nodes.get_mut(fid_ino.get(&fid)?)?;
             let pages = n.chunk_size.div_ceil(layout::PATCH_PAGE);
@@ -360,7 +389,7 @@ pub fn load_collection(st: &mut State, name: &str) -> Result<u64, basalt_engine:
         if !used_fids.contains(fid) && Some(fid) != names.get(&b""[..]) {
             cleanup.delete(name, layout::inode_key(*fid));
             if r.kind == Kind::File {
-                for k in crate::document::data_keys(&c, *fid, 0)? {
+                for k in crate::document::data_keys(c, *fid, 0)? {
                     cleanup.delete(name, k);
                 }
             }

@@ -213,7 +213,7 @@ fn root_node(db: &Db, now: SystemTime) -> Result<Node, FsError> {
 fn build_state(db: Db, chunk_size: u64, mount_id: u64) -> Result<State, FsError> {
     let now = SystemTime::now();
     let mut st = State {
-        nodes: HashMap::new(),
+        nodes: Default::default(),
         colls: HashMap::new(),
         coll_by_name: HashMap::new(),
         next_ino: FIRST_INO,
@@ -226,6 +226,7 @@ fn build_state(db: Db, chunk_size: u64, mount_id: u64) -> Result<State, FsError>
         db,
         mount_id,
         listings_changed: HashSet::new(),
+        tree_loaded: Default::default(),
     };
     let mut root = root_node(&st.db, now)?;
     root.nlink = 2;
@@ -237,13 +238,33 @@ fn build_state(db: Db, chunk_size: u64, mount_id: u64) -> Result<State, FsError>
         .into_iter()
         .map(|n| (n, ()))
         .collect();
+    let mut snapshot = match crate::tree_snapshot::usable(&st.db) {
+        Ok(s) => {
+            st.tree_loaded.snapshot = s.is_some();
+            s
+        }
+        Err(why) => {
+            eprintln!(
+                "basalt-fusefs: tree snapshot not used: {why}; reading the tree from the engine"
+            );
+            st.tree_loaded.skipped = Some(why);
+            None
+        }
+    };
     for name in names.keys() {
         if name == crate::views::DIR_NAME {
             eprintln!("basalt-fusefs: collection {name:?} is hidden by the /.basalt view");
             continue;
         }
-        let root = crate::load::load_collection(&mut st, name)
-            .map_err(|e| FsError::engine(format!("loading collection {name}"), e))?;
+        let saved = snapshot.as_mut().and_then(|s| s.colls.remove(name));
+        let root = match saved {
+            Some((_, records)) => st
+                .db
+                .collection(name)
+                .and_then(|c| crate::load::build_collection(&mut st, &c, records)),
+            None => crate::load::load_collection(&mut st, name),
+        }
+        .map_err(|e| FsError::engine(format!("loading collection {name}"), e))?;
         crate::load::link_child(&mut st, ROOT_INO, name.into(), root);
     }
     // Records fixed while loading (link counts) go out now.

@@ -84,6 +84,9 @@ pub fn pages_of(mask: u64) -> impl Iterator<Item = u32> {
     (0..64u32).filter(move |p| mask & (1 << p) != 0)
 }
 
+/// The tree's inodes by number.
+pub type NodeMap = foldhash::HashMap<u64, Node>;
+
 /// An inode in memory.
 #[derive(Debug)]
 pub struct Node {
@@ -382,7 +385,8 @@ pub fn engine_err(coll: &str, path: &[u8], e: &basalt_engine::Error) -> Errno {
 /// The whole filesystem state behind one lock.
 pub struct State {
     pub db: Db,
-    pub nodes: HashMap<u64, Node>,
+    /// Inodes by number (foldhash: inode numbers need no DoS-resistant hashing).
+    pub nodes: NodeMap,
     pub colls: HashMap<u32, Coll>,
     pub coll_by_name: HashMap<String, u32>,
     pub next_ino: u64,
@@ -399,6 +403,8 @@ pub struct State {
     /// Directories whose entries changed through the engine API since their last
     /// OPENDIR: the next one tells the kernel to drop its cached listing.
     pub listings_changed: HashSet<u64>,
+    /// Where the mount took its tree from.
+    pub tree_loaded: crate::tree_snapshot::LoadedFrom,
 }
 
 /// What the mount did with stored chunks, for `/.basalt/stats.json`.
@@ -422,7 +428,7 @@ impl ChunkIo {
     }
 
     /// The counters, with the patches the files hold now, as JSON.
-    pub fn to_json(&self, nodes: &HashMap<u64, Node>) -> serde_json::Value {
+    pub fn to_json(&self, nodes: &NodeMap) -> serde_json::Value {
         let patched = nodes.values().flat_map(|n| n.patches.values());
         let (chunks, pages) = patched.fold((0u64, 0u64), |(c, p), m| {
             (c + 1, p + u64::from(m.count_ones()))

@@ -2,7 +2,8 @@
 # Basalt mount vs ext4 on the same disk: fio sequential write/read (1 MiB blocks,
 # end_fsync), fio 4 KiB random reads with O_DIRECT at iodepth 1 and 16,
 # 4 KiB random writes each followed by fdatasync (a database's page writes) with the
-# device bytes each costs, create/stat/delete of many 4 KiB files with 8 threads, untar
+# device bytes each costs, SQLite commits in WAL mode with synchronous=full
+# (scripts/sqlite-commits.py), create/stat/delete of many 4 KiB files with 8 threads, untar
 # of a source tree then find and du. For the measures bound by FUSE round trips (random
 # reads, file creation, stat, delete, the source tree) also the null filesystem's
 # result: the ceiling of any FUSE filesystem on this machine (ARCHITECTURE.md, "The
@@ -19,7 +20,8 @@
 # crate's), BENCH_OPTS (extra -o options for the mount, e.g. io_uring), BENCH_RUNTIME
 # (seconds of each random-read and synced-write run, default 10), BENCH_ROUNDS
 # (default 3), BENCH_TREE (the source tree to untar, default ~/.cargo/registry/src),
-# BENCH_OUT (default target/bench-fusefs.tsv).
+# BENCH_SQL_COMMITS (SQLite commits per run, default 2000), BENCH_OUT (default
+# target/bench-fusefs.tsv).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ "$(id -u)" -ne 0 ] || ! [ -c /dev/fuse ]; then echo "bench-fusefs: SKIPPED: needs root and /dev/fuse"; exit 0; fi
@@ -28,6 +30,7 @@ SIZE=${BENCH_SIZE:-4g}
 FILES=${BENCH_FILES:-100000}
 RUNTIME=${BENCH_RUNTIME:-10}
 ROUNDS=${BENCH_ROUNDS:-3}
+SQL_COMMITS=${BENCH_SQL_COMMITS:-2000}
 BASE=${BENCH_DIR:-/var/tmp}
 TREE=$(readlink -f "${BENCH_TREE:-$HOME/.cargo/registry/src}")
 [ -d "$TREE" ] || { echo "bench-fusefs: no source tree at $TREE (set BENCH_TREE)"; exit 1; }
@@ -116,6 +119,9 @@ for r in $(seq "$ROUNDS"); do
     ios=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["jobs"][0]["write"]["total_ios"])' "$WORK/f.json")
     record $fs syncw_kib "$r" "$(python3 -c 'import sys; print(f"{int(sys.argv[1])/1024/max(1,int(sys.argv[2])):.1f}")' $(($(written) - w0)) "$ios")"
   done
+  for fs in $(order "$r" basalt ext4); do
+    record $fs sqlite "$r" "$(python3 fusefs/scripts/sqlite-commits.py "$(dir_of $fs)/bench.db" "$SQL_COMMITS")"
+  done
   for fs in $(order "$r" basalt ext4 null); do
     d=$(dir_of $fs)
     "$DEV" files --dir "$d/files" --count "$FILES" --threads 8 --size 4096 >"$WORK/files.txt"
@@ -158,6 +164,7 @@ MEASURES = [  # key, label, lower is better
     ("rr16", "fio randread 4k direct qd16 IOPS", False),
     ("syncw", "fio randwrite 4k fdatasync IOPS", False),
     ("syncw_kib", "device KiB per synced 4k write", True),
+    ("sqlite", "sqlite WAL commits/s (sync=full)", False),
     ("create", "create 4k files/s (8 threads)", False),
     ("stat", "stat 4k files/s (8 threads)", False),
     ("delete", "delete 4k files/s (8 threads)", False),

@@ -247,8 +247,10 @@ impl Db {
         Self::open_inner(path.as_ref(), opts, false)
     }
 
-    /// Opens without writing anything and without background threads (for `check`).
-    pub(crate) fn open_read_only(path: &Path, opts: Options) -> Result<Db> {
+    /// Opens an existing engine without writing anything and without background
+    /// threads (for checks of a stopped engine: `check`, the filesystem's tree
+    /// snapshot); writes are refused.
+    pub fn open_read_only(path: &Path, opts: Options) -> Result<Db> {
         Self::open_inner(path, opts, true)
     }
 

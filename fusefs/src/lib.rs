@@ -33,7 +33,9 @@ pub use mount::{
     disable_transparent_huge_pages, force_unmount, is_stale_mount, mount, mount_null,
     readahead_file, MountConfig, MountHandle, DEFAULT_READAHEAD_KB,
 };
-pub use tree_snapshot::{verify as verify_tree_snapshot, AUX_NAME as TREE_SNAPSHOT_AUX};
+pub use tree_snapshot::{
+    verify as verify_tree_snapshot, Verdict as TreeSnapshotVerdict, AUX_NAME as TREE_SNAPSHOT_AUX,
+};
 
 /// Incompressible bytes (a xorshift stream), for the unit tests.
 #[cfg(test)]

@@ -322,13 +322,26 @@ pub(crate) fn mark_unnamed(st: &mut State) {
     }
 }
 
-/// Checks the tree snapshot `db` holds against the engine's records: `Ok(None)` when
-/// there is none, `Ok(Some(seqno))` when it is current and describes exactly what a
-/// mount would read from the engine (documents whose keys are no paths aside), else
-/// `Err` naming the first difference or why it would not be used.
-pub fn verify(db: &Db) -> Result<Option<Seqno>, String> {
-    let Some(snap) = usable(db)? else {
-        return Ok(None);
+/// What [`verify`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// No tree snapshot.
+    Absent,
+    /// One a mount would not use, and why (the engine changed since, damaged).
+    Unused(String),
+    /// One a mount would use, at this seqno, describing exactly the engine's records.
+    Current(Seqno),
+}
+
+/// Checks the tree snapshot `db` holds against the engine's records (documents whose
+/// keys are no paths aside); `Err` names the first difference of a snapshot a mount
+/// would use, which is a problem: that mount would show another tree than the engine
+/// holds.
+pub fn verify(db: &Db) -> Result<Verdict, String> {
+    let snap = match usable(db) {
+        Ok(Some(snap)) => snap,
+        Ok(None) => return Ok(Verdict::Absent),
+        Err(why) => return Ok(Verdict::Unused(why)),
     };
     for (name, (_, saved)) in &snap.colls {
         let c = db.collection(name).map_err(|e| e.to_string())?;
@@ -345,7 +358,7 @@ pub fn verify(db: &Db) -> Result<Option<Seqno>, String> {
             return Err(format!("{name}: {}", first_difference(saved, &stored)));
         }
     }
-    Ok(Some(snap.seqno))
+    Ok(Verdict::Current(snap.seqno))
 }
 
 /// Where two collections' records differ, in words.

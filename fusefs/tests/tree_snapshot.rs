@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use basalt_fusefs::{mount, verify_tree_snapshot, write_document, TREE_SNAPSHOT_AUX};
+use basalt_fusefs::{
+    mount, verify_tree_snapshot, write_document, TreeSnapshotVerdict as Verdict, TREE_SNAPSHOT_AUX,
+};
 use common::{mount_config as cfg, open_db, pattern, stats, DevMount};
 
 fn data_and_mountpoint() -> (tempfile::TempDir, PathBuf, PathBuf) {
@@ -216,11 +218,11 @@ fn a_clean_unmount_saves_the_records_a_mount_would_read() {
     let shown = tree(&mp);
     h.unmount().unwrap();
     assert!(aux(&data).exists(), "no snapshot after a clean unmount");
-    let seqno = verify_tree_snapshot(&db).unwrap();
+    let verdict = verify_tree_snapshot(&db).unwrap();
     assert_eq!(
-        seqno,
-        Some(db.last_seqno()),
-        "snapshot at the engine's seqno"
+        verdict,
+        Verdict::Current(db.last_seqno()),
+        "at the engine's seqno"
     );
 
     let h = mount(db.clone(), cfg(&mp)).unwrap();
@@ -268,7 +270,7 @@ fn a_clean_unmount_saves_the_records_a_mount_would_read() {
     std::fs::write(mp.join("c/after"), b"after").unwrap();
     std::fs::remove_file(mp.join("c/d/renamed")).unwrap();
     h.unmount().unwrap();
-    assert!(verify_tree_snapshot(&db).unwrap().is_some());
+    assert!(matches!(verify_tree_snapshot(&db), Ok(Verdict::Current(_))));
     let h = mount(db.clone(), cfg(&mp)).unwrap();
     assert_eq!(std::fs::read(mp.join("c/after")).unwrap(), b"after");
     assert!(!mp.join("c/d/renamed").exists());
@@ -295,12 +297,13 @@ fn a_stale_or_damaged_snapshot_is_not_used() {
     std::fs::create_dir(mp.join("c")).unwrap();
     std::fs::write(mp.join("c/first"), b"1").unwrap();
     h.unmount().unwrap();
-    assert!(verify_tree_snapshot(&db).unwrap().is_some());
+    assert!(matches!(verify_tree_snapshot(&db), Ok(Verdict::Current(_))));
 
     db.put("c", b"while-unmounted", b"2").unwrap();
+    let verdict = verify_tree_snapshot(&db).unwrap();
     assert!(
-        verify_tree_snapshot(&db).is_err(),
-        "stale snapshot verified"
+        matches!(&verdict, Verdict::Unused(why) if why.contains("changed since")),
+        "{verdict:?}"
     );
     let h = mount_from_engine(&db, &mp, "changed since");
     assert_eq!(std::fs::read(mp.join("c/while-unmounted")).unwrap(), b"2");
@@ -318,7 +321,7 @@ fn a_stale_or_damaged_snapshot_is_not_used() {
     std::fs::write(aux(&data), &good[..10]).unwrap();
     let h = mount_from_engine(&db, &mp, "not a tree snapshot");
     h.unmount().unwrap();
-    assert!(verify_tree_snapshot(&db).unwrap().is_some());
+    assert!(matches!(verify_tree_snapshot(&db), Ok(Verdict::Current(_))));
     drop(db);
 
     // A daemon killed after a synced write: its snapshot from the last clean stop is
@@ -370,13 +373,11 @@ fn engine_writes_racing_the_unmount_all_show_after_it() {
         started.store(true, Ordering::SeqCst);
         h.unmount().unwrap();
         let written = writer.join().unwrap();
-        let current = verify_tree_snapshot(&db);
-        if matches!(current, Ok(Some(_))) {
-            used += 1;
-        }
+        let current = matches!(verify_tree_snapshot(&db).unwrap(), Verdict::Current(_));
+        used += usize::from(current);
         let h = mount(db.clone(), cfg(&mp)).unwrap();
         let (source, _) = loaded_from(&mp);
-        assert_eq!(source == "snapshot", current.is_ok_and(|s| s.is_some()));
+        assert_eq!(source == "snapshot", current);
         for n in 0..written {
             let p = mp.join(format!("race/r{round}/doc{n}"));
             assert_eq!(

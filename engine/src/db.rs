@@ -996,14 +996,19 @@ impl Db {
 
     /// The seqno of the last visible write, read at a moment when every user write up
     /// to it had been told to the observers (waiting while one is being committed or
-    /// told). An observer that has taken in everything it was told by the time this
-    /// returns `s` has seen every write with a seqno up to `s`.
-    pub fn settled_seqno(&self) -> Seqno {
+    /// told, for up to `within`; `None` if writes never paused that long). An observer
+    /// that has taken in everything it was told by the time this returns `s` has seen
+    /// every write with a seqno up to `s`.
+    pub fn settled_seqno(&self, within: Duration) -> Option<Seqno> {
+        let deadline = Instant::now() + within;
         let mut tries = 0u32;
         loop {
             let s = self.inner.visible_seqno.load(Ordering::SeqCst);
             if self.inner.observers.all_told() {
-                return s;
+                return Some(s);
+            }
+            if Instant::now() >= deadline {
+                return None;
             }
             tries += 1;
             if tries < 64 {

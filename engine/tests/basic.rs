@@ -765,7 +765,8 @@ fn settled_seqno_waits_for_the_observers_of_visible_writes() {
     let db = Db::open(dir.path(), small_opts()).unwrap();
     let c = db.create_collection("docs").unwrap();
     c.put(b"a", b"1").unwrap();
-    let before = db.settled_seqno();
+    let second = std::time::Duration::from_secs(1);
+    let before = db.settled_seqno(second).unwrap();
     assert_eq!(before, db.last_seqno());
     let (entered_tx, entered) = mpsc::channel::<()>();
     let (release, release_rx) = mpsc::channel::<()>();
@@ -782,22 +783,27 @@ fn settled_seqno_waits_for_the_observers_of_visible_writes() {
     entered.recv().unwrap();
     let visible = db.last_seqno();
     assert!(visible > before, "the put is visible while being told");
+    assert_eq!(
+        db.settled_seqno(std::time::Duration::from_millis(20)),
+        None,
+        "gave up while the put is being told"
+    );
     let settled = {
         let db = db.clone();
-        std::thread::spawn(move || db.settled_seqno())
+        std::thread::spawn(move || db.settled_seqno(std::time::Duration::from_secs(60)))
     };
     std::thread::sleep(std::time::Duration::from_millis(50));
     assert!(!settled.is_finished(), "settled_seqno returned mid-telling");
     release.send(()).unwrap();
     let put = writer.join().unwrap();
     assert_eq!(put, visible);
-    assert_eq!(settled.join().unwrap(), visible);
+    assert_eq!(settled.join().unwrap(), Some(visible));
     let mut bad = WriteBatch::new();
     bad.put("missing", b"x", b"y");
     assert!(db.write(&bad).is_err());
     assert_eq!(
-        db.settled_seqno(),
-        visible,
+        db.settled_seqno(second),
+        Some(visible),
         "a failed write is not waited for"
     );
     db.flush().unwrap();

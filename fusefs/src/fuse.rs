@@ -218,7 +218,11 @@ impl Shared {
             crate::tree_snapshot::mark_unnamed(&mut st);
             st.flush_all()
                 .map_err(|e| format!("flush: {}", std::io::Error::from_raw_os_error(e.0)))?;
-            let seqno = st.db.settled_seqno();
+            // A writer that never pauses (a tight loop through the engine API) must
+            // not hold up the unmount: then no snapshot.
+            let Some(seqno) = st.db.settled_seqno(std::time::Duration::from_secs(1)) else {
+                return Err("engine-API writes never paused for a second".into());
+            };
             let caught_up = !self.external.pending() && st.catalog_seen == st.db.catalog_changes();
             if !caught_up || !crate::tree_snapshot::is_settled(&st) {
                 continue;

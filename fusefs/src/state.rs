@@ -84,6 +84,52 @@ pub fn pages_of(mask: u64) -> impl Iterator<Item = u32> {
     (0..64u32).filter(move |p| mask & (1 << p) != 0)
 }
 
+/// The names of an inode, `(parent ino, name)`, in order: a sorted vector holding
+/// exactly its entries. Nearly every inode has one, where a `BTreeSet` allocated a
+/// whole B-tree leaf (about 370 bytes) for it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Links(Vec<(u64, OsString)>);
+
+impl Links {
+    /// Adds a name; false if it was there.
+    pub fn insert(&mut self, link: (u64, OsString)) -> bool {
+        match self.0.binary_search(&link) {
+            Ok(_) => false,
+            Err(at) => {
+                self.0.reserve_exact(1);
+                self.0.insert(at, link);
+                true
+            }
+        }
+    }
+
+    /// Removes a name; false if it was not there.
+    pub fn remove(&mut self, link: &(u64, OsString)) -> bool {
+        match self.0.binary_search(link) {
+            Ok(at) => {
+                self.0.remove(at);
+                if self.0.is_empty() {
+                    self.0 = Vec::new(); // gives the allocation back
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, (u64, OsString)> {
+        self.0.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// The tree's inodes by number.
 pub type NodeMap = foldhash::HashMap<u64, Node>;
 
@@ -111,7 +157,7 @@ pub struct Node {
     pub symlink: Vec<u8>,
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Names linking to this inode: (parent ino, name). Directories have exactly one.
-    pub links: BTreeSet<(u64, OsString)>,
+    pub links: Links,
     /// Directory entries (directories only).
     pub children: BTreeMap<OsString, u64>,
     /// Number of subdirectories (for the directory's link count).
@@ -188,7 +234,7 @@ impl Node {
             chunk_size: crate::document::DEFAULT_CHUNK_SIZE as u64,
             symlink: Vec::new(),
             xattrs: BTreeMap::new(),
-            links: BTreeSet::new(),
+            links: Links::default(),
             children: BTreeMap::new(),
             subdirs: 0,
             lookups: 0,
@@ -1059,6 +1105,30 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn links_keep_each_name_once_in_order_and_free_their_room_when_empty() {
+        let name = |s: &str| OsString::from(s);
+        let mut l = Links::default();
+        assert!(l.insert((5, name("b"))));
+        assert!(l.insert((2, name("z"))));
+        assert!(l.insert((5, name("a"))));
+        assert!(!l.insert((5, name("b"))), "a name already there");
+        let all: Vec<_> = l.iter().cloned().collect();
+        assert_eq!(all, [(2, name("z")), (5, name("a")), (5, name("b"))]);
+        assert!(l.remove(&(5, name("a"))));
+        assert!(!l.remove(&(5, name("a"))), "a name no longer there");
+        assert_eq!(l.len(), 2);
+        assert!(l.remove(&(2, name("z"))) && l.remove(&(5, name("b"))));
+        assert!(l.is_empty());
+        assert_eq!(
+            l.0.capacity(),
+            0,
+            "an inode without names holds no allocation"
+        );
+        l.insert((1, name("x")));
+        assert_eq!(l.0.capacity(), 1, "one name, room for one");
+    }
 
     fn file(perm: u16) -> Node {
         Node::new(2, 1, 1, Kind::File, perm, SystemTime::UNIX_EPOCH)

@@ -504,6 +504,55 @@ fn set_readahead(mountpoint: &Path, kb: u32) {
     }
 }
 
+/// Unmounts, trying again for up to a second while the kernel answers EBUSY: a file
+/// closed just before may still be held for a moment by a child another thread forked
+/// (its copy of the descriptor lives until it execs). `fuser`'s unmounter works once,
+/// so the retries unmount the path themselves (`umount2`, or `fusermount3 -u` without
+/// root), never lazily: a mount really in use is still refused.
+fn unmount_retrying_busy(u: &mut SessionUnmounter, mountpoint: &Path) -> std::io::Result<()> {
+    let busy = |e: &std::io::Error| e.raw_os_error() == Some(libc::EBUSY);
+    let mut res = u.unmount();
+    for _ in 0..20 {
+        match &res {
+            Err(e) if busy(e) => {
+                std::thread::sleep(Duration::from_millis(50));
+                res = unmount_path(mountpoint);
+            }
+            _ => break,
+        }
+    }
+    res
+}
+
+/// `umount2(mountpoint, 0)`, or `fusermount3 -u` where that is not permitted.
+fn unmount_path(mountpoint: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(mountpoint.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `c` is a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EPERM) {
+        return Err(e);
+    }
+    let out = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(mountpoint)
+        .output()?;
+    match out.status.success() {
+        true => Ok(()),
+        // fusermount3 says why on stderr; a busy mount is what is retried.
+        false if String::from_utf8_lossy(&out.stderr).contains("busy") => {
+            Err(std::io::Error::from_raw_os_error(libc::EBUSY))
+        }
+        false => Err(std::io::Error::other(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        )),
+    }
+}
+
 impl MountHandle {
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
@@ -514,7 +563,7 @@ impl MountHandle {
         let flushed = self.flush_and_sync();
         let mut res = Ok(());
         if let Some(mut u) = self.unmounter.take() {
-            if let Err(e) = u.unmount() {
+            if let Err(e) = unmount_retrying_busy(&mut u, &self.mountpoint) {
                 res = Err(FsError::Unmount {
                     mountpoint: self.mountpoint.clone(),
                     detail: e.to_string(),

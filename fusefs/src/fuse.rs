@@ -211,8 +211,8 @@ impl Shared {
 impl Shared {
     /// Writes the tree snapshot (`crate::tree_snapshot`) of a complete tree: flushed,
     /// with every engine-API write up to the engine's settled seqno taken in (taking
-    /// the lock takes in what is queued). Returns the seqno and the inodes described.
-    pub fn save_tree_snapshot(&self) -> Result<(u64, usize), String> {
+    /// the lock takes in what is queued).
+    pub fn save_tree_snapshot(&self) -> Result<(), String> {
         for _ in 0..8 {
             let mut st = self.lock();
             crate::tree_snapshot::mark_unnamed(&mut st);
@@ -228,12 +228,11 @@ impl Shared {
                 continue;
             }
             let snap = crate::tree_snapshot::Snapshot::of_state(&st, seqno)?;
-            let inodes = snap.colls.values().map(|(_, r)| r.recs.len()).sum();
             st.db.sync().map_err(|e| format!("sync: {e}"))?;
-            st.db
+            return st
+                .db
                 .write_aux(crate::tree_snapshot::AUX_NAME, &snap.encode())
-                .map_err(|e| format!("write: {e}"))?;
-            return Ok((seqno, inodes));
+                .map_err(|e| format!("write: {e}"));
         }
         Err("the tree kept changing while it was saved".into())
     }

@@ -524,23 +524,35 @@ fn unmount_retrying_busy(u: &mut SessionUnmounter, mountpoint: &Path) -> std::io
     res
 }
 
-/// `umount2(mountpoint, 0)`, or `fusermount3 -u` where that is not permitted.
-fn unmount_path(mountpoint: &Path) -> std::io::Result<()> {
+/// `umount2(mountpoint, flags)`.
+fn umount2(mountpoint: &Path, flags: i32) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(mountpoint.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        .map_err(|_| std::io::Error::other("path contains NUL"))?;
     // SAFETY: `c` is a valid NUL-terminated path.
-    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
-        return Ok(());
+    match unsafe { libc::umount2(c.as_ptr(), flags) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
     }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() != Some(libc::EPERM) {
-        return Err(e);
+}
+
+/// `fusermount3 -u [-z] mountpoint` (for a mount root may not detach otherwise).
+fn fusermount_u(mountpoint: &Path, lazy: bool) -> std::io::Result<std::process::Output> {
+    let mut cmd = std::process::Command::new("fusermount3");
+    cmd.arg("-u");
+    if lazy {
+        cmd.arg("-z");
     }
-    let out = std::process::Command::new("fusermount3")
-        .arg("-u")
-        .arg(mountpoint)
-        .output()?;
+    cmd.arg(mountpoint).output()
+}
+
+/// `umount2(mountpoint, 0)`, or `fusermount3 -u` where that is not permitted.
+fn unmount_path(mountpoint: &Path) -> std::io::Result<()> {
+    match umount2(mountpoint, 0) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
+        r => return r,
+    }
+    let out = fusermount_u(mountpoint, false)?;
     match out.status.success() {
         true => Ok(()),
         // fusermount3 says why on stderr; a busy mount is what is retried.
@@ -749,24 +761,11 @@ pub fn is_stale_mount(mountpoint: &Path) -> bool {
 /// Clears the mount of a killed daemon: a lazy unmount, with `fusermount3 -u -z`
 /// when not root.
 pub fn force_unmount(mountpoint: &Path) -> Result<(), FsError> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(mountpoint.as_os_str().as_bytes()).map_err(|_| {
-        FsError::Unmount {
-            mountpoint: mountpoint.into(),
-            detail: "path contains NUL".into(),
-        }
-    })?;
-    // SAFETY: `c` is a valid NUL-terminated path.
-    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
-        return Ok(());
-    }
-    let first = std::io::Error::last_os_error();
-    let out = std::process::Command::new("fusermount3")
-        .arg("-u")
-        .arg("-z")
-        .arg(mountpoint)
-        .output();
-    match out {
+    let first = match umount2(mountpoint, libc::MNT_DETACH) {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
+    };
+    match fusermount_u(mountpoint, true) {
         Ok(o) if o.status.success() => Ok(()),
         Ok(o) => Err(FsError::Unmount {
             mountpoint: mountpoint.into(),

@@ -504,14 +504,14 @@ struct TailUpdate {
 
 impl TailUpdate {
     /// Takes `n`'s tail for the flush (a refused flush leaves none: safe, the next
-    /// change of that chunk reads it back).
+    /// change of that chunk reads it back). Only a file with writers has one (the last
+    /// writer's release drops it).
     fn new(n: &mut Node) -> TailUpdate {
-        let file = n.kind == Kind::File;
         let stale = |idx: u64| n.delete_chunks_from.is_some_and(|f| idx >= f);
-        let kept = (n.tail.take()).filter(|(idx, _)| file && n.writers > 0 && !stale(*idx));
+        let kept = (n.tail.take()).filter(|(idx, _)| !stale(*idx));
         TailUpdate {
             kept,
-            keep_new: file && n.writers > 0,
+            keep_new: n.kind == Kind::File && n.writers > 0,
             size: n.size,
             chunk_size: n.chunk_size,
         }

@@ -108,18 +108,7 @@ impl Snapshot {
 
     /// Parses [`Snapshot::encode`]'s form; the error says what is wrong and where.
     pub fn decode(b: &[u8]) -> Result<Snapshot, String> {
-        if b.len() < HEADER_LEN || &b[..8] != MAGIC {
-            return Err("not a tree snapshot (bad magic or shorter than its header)".into());
-        }
-        let mut h = Cursor(&b[8..HEADER_LEN]);
-        let short = || "header cut short".to_string();
-        let version = h.u32().ok_or_else(short)?;
-        if version != VERSION {
-            return Err(format!("version {version}, this build reads {VERSION}"));
-        }
-        let seqno = h.u64().ok_or_else(short)?;
-        let len = h.u64().ok_or_else(short)?;
-        let crc = h.u32().ok_or_else(short)?;
+        let (seqno, len, crc) = header(b)?;
         let stored = &b[HEADER_LEN..];
         let want = checksum(&b[8..HEADER_LEN - 4], stored);
         if want != crc {
@@ -219,6 +208,25 @@ impl Snapshot {
     }
 }
 
+/// The header's seqno, body length and checksum (magic and version checked), without
+/// reading the body.
+fn header(b: &[u8]) -> Result<(Seqno, u64, u32), String> {
+    if b.len() < HEADER_LEN || &b[..8] != MAGIC {
+        return Err("not a tree snapshot (bad magic or shorter than its header)".into());
+    }
+    let mut h = Cursor(&b[8..HEADER_LEN]);
+    let short = || "header cut short".to_string();
+    let version = h.u32().ok_or_else(short)?;
+    if version != VERSION {
+        return Err(format!("version {version}, this build reads {VERSION}"));
+    }
+    Ok((
+        h.u64().ok_or_else(short)?,
+        h.u64().ok_or_else(short)?,
+        h.u32().ok_or_else(short)?,
+    ))
+}
+
 fn read_colls(c: &mut Cursor<'_>) -> Option<BTreeMap<String, (CollId, Records)>> {
     let mut colls = BTreeMap::new();
     for _ in 0..c.u32()? {
@@ -277,14 +285,16 @@ pub(crate) fn usable(db: &Db) -> Result<Option<Snapshot>, String> {
         Err(e) => return Err(format!("unreadable: {e}")),
     };
     let file = || format!("{}/{AUX_NAME}.aux", db.path().display());
-    let snap = Snapshot::decode(&bytes).map_err(|e| format!("{}: {e}", file()))?;
+    // The seqno first: a stale snapshot is refused without checking and unpacking
+    // its body.
+    let (seqno, _, _) = header(&bytes).map_err(|e| format!("{}: {e}", file()))?;
     let now = db.last_seqno();
-    if snap.seqno != now {
+    if seqno != now {
         return Err(format!(
-            "written at seqno {}, the engine is at {now} (changed since)",
-            snap.seqno
+            "written at seqno {seqno}, the engine is at {now} (changed since)"
         ));
     }
+    let snap = Snapshot::decode(&bytes).map_err(|e| format!("{}: {e}", file()))?;
     let mut live = BTreeMap::new();
     for name in db.list_collections() {
         let id = db.collection(&name).map_err(|e| e.to_string())?.id();

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use basalt_fusefs::mount;
-use common::{mode, mount_config, open_db};
+use common::{mode, mount_config, open_db, set_xattr};
 
 const NOBODY: u32 = 65534;
 const STRANGER: u32 = 65533;
@@ -43,27 +43,6 @@ fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
 
 fn cpath(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap()
-}
-
-fn set_xattr(p: &Path, name: &str, value: &[u8]) {
-    let n = CString::new(name).unwrap();
-    // SAFETY: valid C strings and a buffer of the given length.
-    let r = unsafe {
-        libc::setxattr(
-            cpath(p).as_ptr(),
-            n.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    assert_eq!(
-        r,
-        0,
-        "setxattr {name} on {}: {}",
-        p.display(),
-        std::io::Error::last_os_error()
-    );
 }
 
 /// The value of xattr `name`, `None` when it has none (ENODATA).

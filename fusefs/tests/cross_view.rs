@@ -8,16 +8,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use basalt_fusefs::{mount, write_document, DocumentReader};
-use common::{assert_bytes, mount_config as cfg, open_db, pattern};
-
-/// A temporary directory (removed when the first value drops) with a data directory
-/// path and a created mountpoint.
-fn data_and_mountpoint() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
-    std::fs::create_dir_all(&mp).unwrap();
-    (tmp, data, mp)
-}
+use common::{assert_bytes, below, data_and_mountpoint, mount_config as cfg, open_db, pattern};
 
 /// The names in directory `dir`, sorted.
 fn names(dir: &Path) -> Vec<String> {
@@ -1000,13 +991,7 @@ fn synced_small_writes_commit_their_pages_not_their_chunks() {
     );
     // Random sizes and offsets: unaligned, across chunk boundaries, past the end,
     // repeated pages; enough per chunk that some chunks are rewritten whole again.
-    let mut x = 0x5eed_u64;
-    let mut next = move |n: usize| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        (x % n as u64) as usize
-    };
+    let mut next = below(0x5eed_u64);
     for i in 0..96 {
         let len = [1, 100, 4096, 5000, 9000][next(5)];
         let at = next(model.len() + 2000);
@@ -1159,13 +1144,7 @@ fn growing_and_rewritten_chunks_are_not_read_back() {
     );
     assert!(twice.1 > once.1);
     // Random appends, overwrites and truncates, each synced, on the same handle.
-    let mut x = 0x7a11_u64;
-    let mut next = move |n: usize| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        (x % n as u64) as usize
-    };
+    let mut next = below(0x7a11_u64);
     for i in 0..150u64 {
         match next(6) {
             0 => {

@@ -17,14 +17,9 @@ use std::sync::Arc;
 use basalt_fusefs::{
     mount, verify_tree_snapshot, write_document, TreeSnapshotVerdict as Verdict, TREE_SNAPSHOT_AUX,
 };
-use common::{mount_config as cfg, open_db, pattern, stats, DevMount};
-
-fn data_and_mountpoint() -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
-    std::fs::create_dir_all(&mp).unwrap();
-    (tmp, data, mp)
-}
+use common::{
+    data_and_mountpoint, mount_config as cfg, open_db, pattern, set_xattr, stats, DevMount,
+};
 
 fn aux(data: &Path) -> PathBuf {
     data.join(format!("{TREE_SNAPSHOT_AUX}.aux"))
@@ -52,24 +47,6 @@ fn mount_from_engine(db: &basalt_engine::Db, mp: &Path, why: &str) -> basalt_fus
         "skipped because {skipped:?}, not {why:?}"
     );
     h
-}
-
-fn set_xattr(p: &Path, name: &str, value: &[u8]) {
-    let (p, n) = (
-        CString::new(p.as_os_str().as_bytes()).unwrap(),
-        CString::new(name).unwrap(),
-    );
-    // SAFETY: valid C strings and a buffer of the given length.
-    let r = unsafe {
-        libc::lsetxattr(
-            p.as_ptr(),
-            n.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    assert_eq!(r, 0, "setxattr: {}", std::io::Error::last_os_error());
 }
 
 /// The names of `p`'s extended attributes, sorted.

@@ -7,17 +7,12 @@ mod common;
 
 use std::io::Read;
 
-use basalt_fusefs::mount;
-use common::{is_mounted, mount_config, open_db};
+use common::{is_mounted, mounted_with_collection_c, open_db};
 
 #[test]
 fn an_unmount_waits_a_moment_for_a_file_closed_just_after_it_starts() {
     require_fuse!();
-    let tmp = tempfile::tempdir().unwrap();
-    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
-    std::fs::create_dir_all(&mp).unwrap();
-    let h = mount(open_db(&data), mount_config(&mp)).unwrap();
-    std::fs::create_dir(mp.join("c")).unwrap();
+    let (tmp, mp, h) = mounted_with_collection_c();
     std::fs::write(mp.join("c/f"), b"held").unwrap();
     let f = std::fs::File::open(mp.join("c/f")).unwrap();
     let closer = std::thread::spawn(move || {
@@ -27,18 +22,14 @@ fn an_unmount_waits_a_moment_for_a_file_closed_just_after_it_starts() {
     h.unmount().unwrap();
     closer.join().unwrap();
     assert!(!is_mounted(&mp));
-    let db = open_db(&data);
+    let db = open_db(&tmp.path().join("data"));
     assert_eq!(db.get("c", b"f").unwrap().as_deref(), Some(&b"held"[..]));
 }
 
 #[test]
 fn an_unmount_of_a_mount_still_in_use_is_refused_and_the_mount_keeps_serving() {
     require_fuse!();
-    let tmp = tempfile::tempdir().unwrap();
-    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
-    std::fs::create_dir_all(&mp).unwrap();
-    let h = mount(open_db(&data), mount_config(&mp)).unwrap();
-    std::fs::create_dir(mp.join("c")).unwrap();
+    let (_tmp, mp, h) = mounted_with_collection_c();
     std::fs::write(mp.join("c/f"), b"in use").unwrap();
     let mut f = std::fs::File::open(mp.join("c/f")).unwrap();
     let err = h.unmount().unwrap_err().to_string();

@@ -187,6 +187,52 @@ pub fn mount_config(mp: &Path) -> basalt_fusefs::MountConfig {
     }
 }
 
+/// A temporary directory (removed when the first value drops) with a data directory
+/// path and a created mountpoint.
+pub fn data_and_mountpoint() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, mp) = (tmp.path().join("data"), tmp.path().join("mnt"));
+    std::fs::create_dir_all(&mp).unwrap();
+    (tmp, data, mp)
+}
+
+/// A xorshift stream of numbers below the bound each call gives, from `seed`.
+pub fn below(seed: u64) -> impl FnMut(usize) -> usize {
+    let mut x = seed;
+    move |n: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % n as u64) as usize
+    }
+}
+
+/// Sets extended attribute `name` of `p` (not following a symlink), asserting success.
+pub fn set_xattr(p: &Path, name: &str, value: &[u8]) {
+    use std::os::unix::ffi::OsStrExt;
+    let (c, n) = (
+        std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap(),
+        std::ffi::CString::new(name).unwrap(),
+    );
+    // SAFETY: valid C strings and a buffer of the given length.
+    let r = unsafe {
+        libc::lsetxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "setxattr {name} on {}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
 /// A fresh data directory (`data` in the returned temporary directory) mounted at
 /// `mnt` with the default options, with collection `c`.
 pub fn mounted_with_collection_c() -> (tempfile::TempDir, PathBuf, basalt_fusefs::MountHandle) {

@@ -1,12 +1,16 @@
 # fusefs: pjdfstest + fsx against a real mount (root, /dev/fuse), and the
 # benchmarks against ext4 on the same disk.
-TEST_TARGETS += test-fusefs test-bench-fusefs
+TEST_TARGETS += test-fusefs test-postgres test-bench-fusefs
 BENCH_TARGETS += bench-fusefs latency-fusefs bench-ring bench-options
 
-.PHONY: test-fusefs test-bench-fusefs bench-fusefs latency-fusefs bench-ring bench-options
+.PHONY: test-fusefs test-postgres test-bench-fusefs bench-fusefs latency-fusefs bench-ring bench-options
 ## test-fusefs: pjdfstest (compared with ext4 case by case) and fsx on a Basalt mount
 test-fusefs:
 	./fusefs/scripts/test-fusefs.sh
+
+## test-postgres: PostgreSQL on a Basalt mount, the FUSE daemon killed under pgbench and a committer (3 rounds): recovery, every acknowledged commit, balances, amcheck, checksums
+test-postgres:
+	./fusefs/scripts/test-postgres.sh
 
 ## test-bench-fusefs: the bench-fusefs harness (two rounds) and the latency split at toy sizes: every measure reported as it says
 test-bench-fusefs:

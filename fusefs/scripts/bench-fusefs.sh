@@ -3,7 +3,8 @@
 # end_fsync), fio 4 KiB random reads with O_DIRECT at iodepth 1 and 16,
 # 4 KiB random writes each followed by fdatasync (a database's page writes) with the
 # device bytes each costs, SQLite commits in WAL mode with synchronous=full
-# (scripts/sqlite-commits.py), create/stat/delete of many 4 KiB files with 8 threads, untar
+# (scripts/sqlite-commits.py), PostgreSQL pgbench (TPC-B-like, 4 clients, its data
+# directory on the filesystem), create/stat/delete of many 4 KiB files with 8 threads, untar
 # of a source tree then find and du. For the measures bound by FUSE round trips (random
 # reads, file creation, stat, delete, the source tree) also the null filesystem's
 # result: the ceiling of any FUSE filesystem on this machine (ARCHITECTURE.md, "The
@@ -20,8 +21,9 @@
 # crate's), BENCH_OPTS (extra -o options for the mount, e.g. io_uring), BENCH_RUNTIME
 # (seconds of each random-read and synced-write run, default 10), BENCH_ROUNDS
 # (default 3), BENCH_TREE (the source tree to untar, default ~/.cargo/registry/src),
-# BENCH_SQL_COMMITS (SQLite commits per run, default 2000), BENCH_OUT (default
-# target/bench-fusefs.tsv).
+# BENCH_SQL_COMMITS (SQLite commits per run, default 2000), BENCH_PG_SCALE (pgbench
+# scale factor, default 10: 1,000,000 accounts, 160 MB; each run lasts BENCH_RUNTIME),
+# BENCH_OUT (default target/bench-fusefs.tsv).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ "$(id -u)" -ne 0 ] || ! [ -c /dev/fuse ]; then echo "bench-fusefs: SKIPPED: needs root and /dev/fuse"; exit 0; fi
@@ -31,18 +33,22 @@ FILES=${BENCH_FILES:-100000}
 RUNTIME=${BENCH_RUNTIME:-10}
 ROUNDS=${BENCH_ROUNDS:-3}
 SQL_COMMITS=${BENCH_SQL_COMMITS:-2000}
+PG_SCALE=${BENCH_PG_SCALE:-10}
 BASE=${BENCH_DIR:-/var/tmp}
 TREE=$(readlink -f "${BENCH_TREE:-$HOME/.cargo/registry/src}")
 [ -d "$TREE" ] || { echo "bench-fusefs: no source tree at $TREE (set BENCH_TREE)"; exit 1; }
 source fusefs/scripts/bench-lib.sh
+source fusefs/scripts/pg-lib.sh
 OUT=${BENCH_OUT:-$TARGET/bench-fusefs.tsv}
 WORK=$(mktemp -d "$BASE/basalt-fusefs-bench.XXXXXX")
+chmod 755 "$WORK" # PostgreSQL runs as postgres and must reach its directories
 RESULTS="$WORK/results.tsv"
 DEVPID=""
 NULLPID=""
 source scripts/fuse-uring-switch.sh
 cleanup() {
   set +e
+  pg_kill
   fuse_uring_restore
   stop_mount "$DEVPID" "$WORK/mnt"
   stop_mount "$NULLPID" "$WORK/null"
@@ -81,6 +87,17 @@ order() {
   local fs=("$@")
   for i in $(seq 0 $(($# - 1))); do echo "${fs[$(((i + r) % $#))]}"; done
 }
+# pgbench's database on each filesystem, created once (each round starts the server,
+# runs pgbench with its vacuum, and stops it).
+for fs in basalt ext4; do
+  pg_init "$(dir_of $fs)/pg"
+  pg_start "$(dir_of $fs)/pg" "$WORK/pgsock-$fs"
+  pg_as "$PG_BIN/pgbench" -h "$WORK/pgsock-$fs" -i -q -s "$PG_SCALE" postgres >"$WORK/pgbench.log" 2>&1 || {
+    cat "$WORK/pgbench.log"
+    exit 1
+  }
+  pg_stop "$(dir_of $fs)/pg"
+done
 # fio_run FS MEASURE ROUND DIRECTION bw|iops FIO_ARGS...: one fio run, its rate recorded.
 fio_run() {
   local fs=$1 m=$2 r=$3 dir=$4 unit=$5; shift 5
@@ -121,6 +138,16 @@ for r in $(seq "$ROUNDS"); do
   done
   for fs in $(order "$r" basalt ext4); do
     record $fs sqlite "$r" "$(python3 fusefs/scripts/sqlite-commits.py "$(dir_of $fs)/bench.db" "$SQL_COMMITS")"
+  done
+  for fs in $(order "$r" basalt ext4); do
+    drop
+    pg_start "$(dir_of $fs)/pg" "$WORK/pgsock-$fs"
+    pg_as "$PG_BIN/pgbench" -h "$WORK/pgsock-$fs" -c 4 -j 2 -T "$RUNTIME" postgres >"$WORK/pgbench.log" 2>&1 || {
+      cat "$WORK/pgbench.log"
+      exit 1
+    }
+    pg_stop "$(dir_of $fs)/pg"
+    record $fs pgbench "$r" "$(pgbench_tps "$WORK/pgbench.log")"
   done
   for fs in $(order "$r" basalt ext4 null); do
     d=$(dir_of $fs)
@@ -165,6 +192,7 @@ MEASURES = [  # key, label, lower is better
     ("syncw", "fio randwrite 4k fdatasync IOPS", False),
     ("syncw_kib", "device KiB per synced 4k write", True),
     ("sqlite", "sqlite WAL commits/s (sync=full)", False),
+    ("pgbench", "pgbench TPC-B tps (4 clients)", False),
     ("create", "create 4k files/s (8 threads)", False),
     ("stat", "stat 4k files/s (8 threads)", False),
     ("delete", "delete 4k files/s (8 threads)", False),

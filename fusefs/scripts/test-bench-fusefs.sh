@@ -11,7 +11,7 @@ if [ "$(id -u)" -ne 0 ] || ! [ -c /dev/fuse ]; then echo "test-bench-fusefs: SKI
 OUT=$(mktemp /tmp/bench-fusefs-smoke.XXXXXX.tsv)
 LOG=$(mktemp /tmp/bench-fusefs-smoke.XXXXXX.log)
 trap 'rm -f "$OUT" "$LOG"' EXIT
-BENCH_SIZE=64m BENCH_FILES=400 BENCH_RUNTIME=1 BENCH_ROUNDS=2 BENCH_SQL_COMMITS=50 BENCH_TREE=engine/src BENCH_OUT="$OUT" \
+BENCH_SIZE=64m BENCH_FILES=400 BENCH_RUNTIME=1 BENCH_ROUNDS=2 BENCH_SQL_COMMITS=50 BENCH_PG_SCALE=1 BENCH_TREE=engine/src BENCH_OUT="$OUT" \
   ./fusefs/scripts/bench-fusefs.sh >"$LOG"
 cat "$LOG"
 python3 - "$LOG" "$OUT" <<'PY'
@@ -19,7 +19,7 @@ import re, sys
 log, tsv = open(sys.argv[1]).read(), sys.argv[2]
 labels = ["fio seq write 1M end_fsync MiB/s", "fio seq read 1M MiB/s", "fio randread 4k direct qd1 IOPS",
           "fio randread 4k direct qd16 IOPS", "fio randwrite 4k fdatasync IOPS", "device KiB per synced 4k write",
-          "sqlite WAL commits/s (sync=full)", "create 4k files/s (8 threads)", "stat 4k files/s (8 threads)", "delete 4k files/s (8 threads)",
+          "sqlite WAL commits/s (sync=full)", "pgbench TPC-B tps (4 clients)", "create 4k files/s (8 threads)", "stat 4k files/s (8 threads)", "delete 4k files/s (8 threads)",
           "untar (source tree) s", "find (source tree) s", "du (source tree) s"]
 with_ceiling = {"fio randread 4k direct qd1 IOPS", "fio randread 4k direct qd16 IOPS", "create 4k files/s (8 threads)",
                 "stat 4k files/s (8 threads)", "delete 4k files/s (8 threads)", "untar (source tree) s",
@@ -41,7 +41,7 @@ keys = {}
 for fs, m, r, v in rows:
     float(v)
     keys.setdefault((fs, m), set()).add(int(r))
-measures = ["seqw", "seqr", "rr1", "rr16", "syncw", "syncw_kib", "sqlite", "create", "stat", "delete", "untar", "find", "du"]
+measures = ["seqw", "seqr", "rr1", "rr16", "syncw", "syncw_kib", "sqlite", "pgbench", "create", "stat", "delete", "untar", "find", "du"]
 want = {(fs, m) for fs in ("basalt", "ext4") for m in measures} | {("null", m) for m in ["rr1", "rr16", "create", "stat", "delete", "untar", "find", "du"]}
 if set(keys) != want:
     bad.append(f"TSV measures differ: missing {sorted(want - set(keys))}, extra {sorted(set(keys) - want)}")

@@ -141,7 +141,10 @@ pub fn set_access(n: &mut Node, value: &[u8]) -> Result<(), Errno> {
     let acl = Acl::decode(value)?;
     n.perm = (n.perm & !0o777) | acl.mode_bits();
     if acl.is_minimal() {
-        n.xattrs.remove(ACCESS);
+        if let Some(x) = n.xattrs.existing() {
+            x.remove(ACCESS);
+        }
+        n.xattrs.shrink();
     } else {
         n.xattrs.insert(ACCESS.to_vec(), acl.encode());
     }

@@ -189,7 +189,7 @@ impl State {
                     // reads back of the stored document is the engine's new one.
                     let n = self.node_mut(ino)?;
                     n.docs_dirty = true;
-                    n.tail = None;
+                    n.drop_tail();
                     self.mark_dirty(ino);
                     return Ok(());
                 }

@@ -7,6 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, SystemTime};
 
 use crate::layout::{self, Kind, Manifest, Storage};
+use crate::lazy::Lazy;
 use crate::load::{inherit_from, link_child, unlink_child};
 use crate::state::{engine_err, Batch, Chunk, Errno, Node, State, MAX_FILE_SIZE, ROOT_INO};
 
@@ -123,7 +124,7 @@ impl State {
         n.chunk_size = self.chunk_size;
         n.no_chunks = new.kind == Kind::File;
         if new.kind == Kind::Symlink {
-            n.symlink = new.symlink.to_vec();
+            n.symlink = Lazy::of(new.symlink.to_vec());
             n.size = new.symlink.len() as u64;
         }
         if new.kind == Kind::Dir {
@@ -213,8 +214,7 @@ impl State {
         if nlink == 0 && open == 0 {
             self.purge_inode(ino, b)?;
             let n = self.node_mut(ino)?;
-            n.dirty.clear();
-            n.dirty_bytes = 0;
+            n.drop_dirty();
             n.meta_dirty = false;
             self.dirty_nodes.remove(&ino);
         } else {
@@ -328,7 +328,7 @@ impl State {
                     && (end.is_multiple_of(page) || wend >= size)
                     && off <= len
             };
-            match self.node(ino)?.dirty.get(&idx) {
+            match self.node(ino)?.chunks.dirty.get(&idx) {
                 Some(c) if c.unread && !pages_only(c.data.len()) => self.fill_chunk(ino, idx)?,
                 Some(_) => {}
                 None => {
@@ -353,12 +353,12 @@ impl State {
                         }
                     };
                     let n = self.node_mut(ino)?;
-                    n.dirty_bytes += chunk.data.len();
-                    n.dirty.insert(idx, chunk);
+                    n.chunks.dirty_bytes += chunk.data.len();
+                    n.chunks.dirty.insert(idx, chunk);
                 }
             }
             let n = self.node_mut(ino)?;
-            let c = n.dirty.get_mut(&idx).ok_or(e(libc::EIO))?;
+            let c = n.chunks.dirty.get_mut(&idx).ok_or(e(libc::EIO))?;
             let before = c.data.len();
             c.touch(before.min(off), off + src.len());
             // Zero only a gap before the write; bytes past the end are appended.
@@ -368,7 +368,7 @@ impl State {
             let overlap = c.data.len().min(off + src.len()) - off;
             c.data[off..off + overlap].copy_from_slice(&src[..overlap]);
             c.data.extend_from_slice(&src[overlap..]);
-            n.dirty_bytes += c.data.len() - before;
+            n.chunks.dirty_bytes += c.data.len() - before;
             pos = wend;
         }
         let now = SystemTime::now();
@@ -377,7 +377,7 @@ impl State {
         n.mtime = now;
         n.ctime = now;
         n.meta_dirty = true;
-        let flush_now = n.dirty_bytes >= crate::state::FILE_DIRTY_LIMIT;
+        let flush_now = n.chunks.dirty_bytes >= crate::state::FILE_DIRTY_LIMIT;
         self.mark_dirty(ino);
         if flush_now {
             self.flush_node(ino)?;
@@ -412,14 +412,14 @@ impl State {
             data.truncate(new as usize);
             let n = self.node_mut(ino)?;
             if back_to_inline {
-                n.tail = None;
+                n.chunks.tail = None;
                 n.storage = Storage::Inline;
-                n.delete_chunks_from = Some(0);
-                n.dirty.clear();
+                n.chunks.delete_chunks_from = Some(0);
+                n.chunks.dirty.clear();
             }
             n.docs_dirty = true;
-            n.dirty_bytes = data.len();
-            n.dirty.insert(0, Chunk::whole(data));
+            n.chunks.dirty_bytes = data.len();
+            n.chunks.dirty.insert(0, Chunk::whole(data));
         } else if new < old {
             let from = new.div_ceil(cs);
             let partial = (!new.is_multiple_of(cs)).then_some(new / cs);
@@ -428,13 +428,14 @@ impl State {
                 None => None,
             };
             let n = self.node_mut(ino)?;
-            n.dirty.retain(|&idx, _| idx * cs < new);
+            n.chunks.dirty.retain(|&idx, _| idx * cs < new);
             if let Some((idx, mut data)) = tail {
                 data.truncate((new - idx * cs) as usize);
-                n.dirty.insert(idx, Chunk::whole(data));
+                n.chunks.dirty.insert(idx, Chunk::whole(data));
             }
-            n.dirty_bytes = n.dirty.values().map(|c| c.data.len()).sum();
-            n.delete_chunks_from = Some(n.delete_chunks_from.map_or(from, |f| f.min(from)));
+            n.chunks.dirty_bytes = n.chunks.dirty.values().map(|c| c.data.len()).sum();
+            n.chunks.delete_chunks_from =
+                Some(n.chunks.delete_chunks_from.map_or(from, |f| f.min(from)));
         }
         let now = SystemTime::now();
         let n = self.node_mut(ino)?;
@@ -476,7 +477,7 @@ impl State {
                 let (a, z) = ((pos - start) as usize, (cend - start) as usize);
                 self.fill_chunk(ino, idx)?;
                 let n = self.node(ino)?;
-                let src = match n.dirty.get(&idx) {
+                let src = match n.chunks.dirty.get(&idx) {
                     Some(c) => {
                         let mut b = Vec::with_capacity(z - a);
                         extend_padded(&mut b, &c.data, a, z);
@@ -484,7 +485,7 @@ impl State {
                     }
                     None => match self.chunk_location(ino, idx)? {
                         Some(key) if n.storage == Storage::Chunked => {
-                            let patches = n.patches.get(&idx).copied().unwrap_or(0);
+                            let patches = n.chunks.patches.get(&idx).copied().unwrap_or(0);
                             push_stored(&mut parts, key, (n.fid, idx), patches, a, z);
                             pos = cend;
                             continue;

@@ -759,7 +759,7 @@ impl BasaltFs {
                 let st = self.shared.lock();
                 let files = st.nodes.values().filter(|n| n.kind == Kind::File).count();
                 let dirs = st.nodes.values().filter(|n| n.is_dir()).count();
-                let dirty: usize = st.nodes.values().map(|n| n.dirty_bytes).sum();
+                let dirty: usize = st.nodes.values().map(|n| n.chunks.dirty_bytes).sum();
                 serde_json::json!({
                     "engine": engine,
                     "filesystem": {
@@ -845,7 +845,7 @@ impl BasaltFs {
         if ino == ROOT_INO {
             out.push((views::DIR_INO, FileType::Directory, views::DIR_NAME.into()));
         }
-        for (name, &c) in &n.children {
+        for (name, &c) in n.children.iter() {
             if let Some(cn) = st.nodes.get(&c) {
                 out.push((c, file_type(cn.kind), name.clone()));
             }
@@ -953,7 +953,7 @@ impl BasaltFs {
         if write {
             n.writers = n.writers.saturating_sub(1);
             if n.writers == 0 {
-                n.tail = None;
+                n.drop_tail();
             }
         }
         if n.open == 0 && n.nlink == 0 {
@@ -965,7 +965,7 @@ impl BasaltFs {
                 .map_err(|e| crate::state::engine_err(&coll, b"(unlinked file)", &e))?;
             st.dirty_nodes.remove(&ino);
             if let Some(n) = st.nodes.get_mut(&ino) {
-                n.dirty.clear();
+                n.drop_dirty();
                 n.meta_dirty = false;
             }
             st.maybe_forget(ino);
@@ -1599,7 +1599,9 @@ impl BasaltFs {
         let r = (|| {
             let mut st = self.shared.lock();
             let n = st.node_mut(ino.0)?;
-            if n.xattrs.remove(name.as_bytes()).is_none() {
+            let removed = (n.xattrs.existing()).and_then(|x| x.remove(name.as_bytes()));
+            n.xattrs.shrink();
+            if removed.is_none() {
                 return Err(Errno(libc::ENODATA));
             }
             n.ctime = SystemTime::now();

@@ -13,6 +13,7 @@ mod fids;
 mod fs;
 mod fuse;
 pub mod layout;
+mod lazy;
 mod load;
 mod mount;
 pub mod mounts;

@@ -383,7 +383,7 @@ pub(crate) fn build_collection(
             (usable && u64::from(page) < pages).then_some((n, idx, page))
         });
         match node {
-            Some((n, idx, page)) => *n.patches.entry(idx).or_default() |= 1 << page,
+            Some((n, idx, page)) => *n.chunks.patches.entry(idx).or_default() |= 1 << page,
             None => cleanup.delete(name, k),
         }
     }

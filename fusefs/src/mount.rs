@@ -893,6 +893,68 @@ mod tests {
             (odd.size, odd.storage),
             (crate::layout::MANIFEST_LEN as u64, Storage::Inline)
         );
+        // Files carry none of the parts only some inodes use (crate::lazy).
+        let files = st
+            .nodes
+            .values()
+            .filter(|n| n.kind == crate::layout::Kind::File);
+        let with_parts = files
+            .filter(|n| {
+                n.chunks.is_allocated()
+                    || n.children.is_allocated()
+                    || n.xattrs.is_allocated()
+                    || n.symlink.is_allocated()
+            })
+            .count();
+        assert_eq!(
+            with_parts, 0,
+            "loaded files with allocated rarely-used parts"
+        );
+    }
+
+    /// A file's chunk state (dirty chunks, kept tail) lives only while it has some: a
+    /// written file gives it back at its flush, and at its last writer's close when
+    /// the flush kept a chunk for that writer.
+    #[test]
+    fn a_written_file_gives_its_chunk_state_back_once_flushed() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), basalt_engine::Options::default()).unwrap();
+        db.create_collection("c").unwrap();
+        let mut st = build_state(db, crate::DEFAULT_CHUNK_SIZE as u64, 0).unwrap();
+        let root = st.colls[&st.coll_by_name["c"]].root;
+        let file = crate::fs::NewNode {
+            kind: crate::layout::Kind::File,
+            mode: 0o644,
+            umask: 0,
+            rdev: 0,
+            symlink: b"",
+        };
+        let who = crate::fs::Caller { uid: 0, gid: 0 };
+        let ino = st.create(who, root, OsStr::new("f"), file).unwrap();
+        assert!(!st.nodes[&ino].chunks.is_allocated(), "a new file has none");
+        st.write(ino, 0, &noise(1, 10_000)).unwrap();
+        assert!(
+            st.nodes[&ino].chunks.is_allocated(),
+            "dirty chunks are kept in it"
+        );
+        st.flush_node(ino).unwrap();
+        assert!(
+            !st.nodes[&ino].chunks.is_allocated(),
+            "given back by the flush"
+        );
+        // With a writer open, the flush keeps the stored chunk; the close drops it.
+        st.node_mut(ino).unwrap().writers = 1;
+        st.write(ino, 10_000, &noise(2, 100)).unwrap();
+        st.flush_node(ino).unwrap();
+        assert!(st.nodes[&ino].chunks.tail.is_some(), "kept for the writer");
+        let n = st.node_mut(ino).unwrap();
+        n.writers = 0;
+        n.drop_tail();
+        assert!(
+            !st.nodes[&ino].chunks.is_allocated(),
+            "given back at the close"
+        );
+        assert_eq!(st.load_chunk(ino, 0).unwrap().len(), 10_100);
     }
 
     #[test]

@@ -78,7 +78,7 @@ impl State {
         let mut stack = vec![(top, from.to_vec())];
         while let Some((ino, old)) = stack.pop() {
             let n = self.node(ino)?;
-            for (cname, &c) in &n.children {
+            for (cname, &c) in n.children.iter() {
                 let mut cp = old.clone();
                 cp.push(b'/');
                 cp.extend_from_slice(cname.as_bytes());

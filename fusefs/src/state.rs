@@ -14,6 +14,7 @@ use std::time::SystemTime;
 use basalt_engine::{BatchOp, Db, WriteBatch};
 
 use crate::layout::{self, InodeRecord, Kind, Manifest, Storage};
+use crate::lazy::{Empty, Lazy};
 
 /// Kernel inode number of the mount root.
 pub const ROOT_INO: u64 = 1;
@@ -154,12 +155,13 @@ pub struct Node {
     pub crtime: SystemTime,
     pub storage: Storage,
     pub chunk_size: u64,
-    pub symlink: Vec<u8>,
-    pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// A symlink's target (allocated for symlinks only).
+    pub symlink: Lazy<Vec<u8>>,
+    pub xattrs: Lazy<BTreeMap<Vec<u8>, Vec<u8>>>,
     /// Names linking to this inode: (parent ino, name). Directories have exactly one.
     pub links: Links,
     /// Directory entries (directories only).
-    pub children: BTreeMap<OsString, u64>,
+    pub children: Lazy<BTreeMap<OsString, u64>>,
     /// Number of subdirectories (for the directory's link count).
     pub subdirs: u32,
     /// Kernel lookup count.
@@ -173,14 +175,8 @@ pub struct Node {
     pub persisted: bool,
     /// Attributes changed since the inode record was last written.
     pub meta_dirty: bool,
-    /// Dirty chunks by index.
-    pub dirty: BTreeMap<u64, Chunk>,
-    /// Pages of stored chunks that have a newer patch record, by chunk index (bit p =
-    /// page p). Loaded at mount; reads take those pages from the patches.
-    pub patches: BTreeMap<u64, u64>,
-    pub dirty_bytes: usize,
-    /// Stored chunks at or beyond this index are stale and must be deleted.
-    pub delete_chunks_from: Option<u64>,
+    /// A regular file's chunks beyond the stored ones: dirty, patched, kept, stale.
+    pub chunks: Lazy<ChunkState>,
     /// The documents at the file's paths must be rewritten (storage form changed).
     pub docs_dirty: bool,
     /// An inline file's document exists in the engine.
@@ -190,6 +186,21 @@ pub struct Node {
     /// record) and has not been chunked since. Unlinking it then skips the scan for
     /// chunks.
     pub no_chunks: bool,
+}
+
+/// What a regular file holds of its chunks beyond the stored records (allocated in
+/// [`Node::chunks`] only for a file that has any of it: one being written, truncated,
+/// or with patch records).
+#[derive(Debug, Default)]
+pub struct ChunkState {
+    /// Dirty chunks by index.
+    pub dirty: BTreeMap<u64, Chunk>,
+    /// Pages of stored chunks that have a newer patch record, by chunk index (bit p =
+    /// page p). Loaded at mount; reads take those pages from the patches.
+    pub patches: BTreeMap<u64, u64>,
+    pub dirty_bytes: usize,
+    /// Stored chunks at or beyond this index are stale and must be deleted.
+    pub delete_chunks_from: Option<u64>,
     /// `(index, bytes)`: the stored bytes of chunk `index` (what `stored_chunk` would
     /// read; an inline file's content is chunk 0), kept after a flush wrote them whole
     /// while a handle could write: an inline file's content, a chunked file's short
@@ -197,6 +208,26 @@ pub struct Node {
     /// database's write-ahead log) then changes its last chunk without reading it
     /// back. Dropped when the storage form changes or the last writer closes.
     pub tail: Option<(u64, Vec<u8>)>,
+}
+
+impl Empty for ChunkState {
+    fn empty() -> &'static Self {
+        static EMPTY: ChunkState = ChunkState {
+            dirty: BTreeMap::new(),
+            patches: BTreeMap::new(),
+            dirty_bytes: 0,
+            delete_chunks_from: None,
+            tail: None,
+        };
+        &EMPTY
+    }
+    fn is_vacant(&self) -> bool {
+        self.dirty.is_empty()
+            && self.patches.is_empty()
+            && self.dirty_bytes == 0
+            && self.delete_chunks_from.is_none()
+            && self.tail.is_none()
+    }
 }
 
 /// Mode bits `perm` after a write, truncate or chown took its privileges: without
@@ -232,24 +263,20 @@ impl Node {
             crtime: now,
             storage: Storage::Inline,
             chunk_size: crate::document::DEFAULT_CHUNK_SIZE as u64,
-            symlink: Vec::new(),
-            xattrs: BTreeMap::new(),
+            symlink: Lazy::default(),
+            xattrs: Lazy::default(),
             links: Links::default(),
-            children: BTreeMap::new(),
+            children: Lazy::default(),
             subdirs: 0,
             lookups: 0,
             open: 0,
             writers: 0,
             persisted: false,
             meta_dirty: false,
-            dirty: BTreeMap::new(),
-            patches: BTreeMap::new(),
-            dirty_bytes: 0,
-            delete_chunks_from: None,
+            chunks: Lazy::default(),
             docs_dirty: false,
             has_doc: false,
             no_chunks: false,
-            tail: None,
         }
     }
 
@@ -277,8 +304,8 @@ impl Node {
         if r.chunk_size > 0 {
             n.chunk_size = r.chunk_size as u64;
         }
-        n.symlink = r.symlink.clone();
-        n.xattrs = r.xattrs.iter().cloned().collect();
+        n.symlink = Lazy::of(r.symlink.clone());
+        n.xattrs = Lazy::of(r.xattrs.iter().cloned().collect());
         n.persisted = true;
         n
     }
@@ -298,7 +325,7 @@ impl Node {
             crtime: self.crtime,
             storage: self.storage,
             chunk_size: self.chunk_size as u32,
-            symlink: self.symlink.clone(),
+            symlink: self.symlink.to_vec(),
             xattrs: self
                 .xattrs
                 .iter()
@@ -314,7 +341,8 @@ impl Node {
     /// something changed; returns whether it did.
     pub fn kill_priv(&mut self, sgid_anyway: bool) -> bool {
         let perm = killed_perm(self.perm, sgid_anyway);
-        let cap = self.xattrs.remove(&b"security.capability"[..]).is_some();
+        let cap = (self.xattrs.existing())
+            .is_some_and(|x| x.remove(&b"security.capability"[..]).is_some());
         if perm == self.perm && !cap {
             return false;
         }
@@ -345,14 +373,31 @@ impl Node {
             .min(self.size.saturating_sub(start))
             .min(cs);
         let pages = c.pages? & page_mask(0, len);
-        let had = self.patches.get(&idx).copied().unwrap_or(0);
-        let stale = self.delete_chunks_from.is_some_and(|f| idx >= f);
+        let had = self.chunks.patches.get(&idx).copied().unwrap_or(0);
+        let stale = self.chunks.delete_chunks_from.is_some_and(|f| idx >= f);
         let small = u64::from((had | pages).count_ones()) * layout::PATCH_PAGE * 2 <= len;
         (pages != 0 && !stale && patchable(cs) && small).then_some(pages)
     }
 
+    /// Forgets the unflushed chunks (of an inode whose records are gone).
+    pub fn drop_dirty(&mut self) {
+        if let Some(c) = self.chunks.existing() {
+            c.dirty.clear();
+            c.dirty_bytes = 0;
+        }
+        self.chunks.shrink();
+    }
+
+    /// Drops the kept copy of a stored chunk ([`ChunkState::tail`]).
+    pub fn drop_tail(&mut self) {
+        if let Some(c) = self.chunks.existing() {
+            c.tail = None;
+        }
+        self.chunks.shrink();
+    }
+
     pub fn has_dirty_data(&self) -> bool {
-        !self.dirty.is_empty() || self.delete_chunks_from.is_some() || self.docs_dirty
+        !self.chunks.dirty.is_empty() || self.chunks.delete_chunks_from.is_some() || self.docs_dirty
     }
 
     /// The one name of a singly-linked inode.
@@ -475,7 +520,7 @@ impl ChunkIo {
 
     /// The counters, with the patches the files hold now, as JSON.
     pub fn to_json(&self, nodes: &NodeMap) -> serde_json::Value {
-        let patched = nodes.values().flat_map(|n| n.patches.values());
+        let patched = nodes.values().flat_map(|n| n.chunks.patches.values());
         let (chunks, pages) = patched.fold((0u64, 0u64), |(c, p), m| {
             (c + 1, p + u64::from(m.count_ones()))
         });
@@ -507,8 +552,9 @@ impl TailUpdate {
     /// change of that chunk reads it back). Only a file with writers has one (the last
     /// writer's release drops it).
     fn new(n: &mut Node) -> TailUpdate {
-        let stale = |idx: u64| n.delete_chunks_from.is_some_and(|f| idx >= f);
-        let kept = (n.tail.take()).filter(|(idx, _)| !stale(*idx));
+        let stale_from = n.chunks.delete_chunks_from;
+        let kept = (n.chunks.existing().and_then(|c| c.tail.take()))
+            .filter(|(idx, _)| stale_from.is_none_or(|f| *idx < f));
         TailUpdate {
             kept,
             keep_new: n.kind == Kind::File && n.writers > 0,
@@ -671,7 +717,7 @@ impl State {
     /// from the engine.
     pub fn load_chunk(&self, ino: u64, idx: u64) -> Result<Vec<u8>, Errno> {
         let n = self.node(ino)?;
-        match n.dirty.get(&idx) {
+        match n.chunks.dirty.get(&idx) {
             Some(c) if c.unread => {
                 let all = page_mask(0, c.data.len() as u64);
                 if c.pages.unwrap_or(0) & all == all {
@@ -693,11 +739,17 @@ impl State {
 
     /// Makes an unread dirty chunk whole in memory (reads its stored bytes).
     pub fn fill_chunk(&mut self, ino: u64, idx: u64) -> Result<(), Errno> {
-        if !self.node(ino)?.dirty.get(&idx).is_some_and(|c| c.unread) {
+        if !self
+            .node(ino)?
+            .chunks
+            .dirty
+            .get(&idx)
+            .is_some_and(|c| c.unread)
+        {
             return Ok(());
         }
         let data = self.load_chunk(ino, idx)?;
-        if let Some(c) = self.node_mut(ino)?.dirty.get_mut(&idx) {
+        if let Some(c) = self.node_mut(ino)?.chunks.dirty.get_mut(&idx) {
             c.data = data;
             c.unread = false;
         }
@@ -713,7 +765,7 @@ impl State {
         let Some(k) = key else {
             return Ok(Vec::new());
         };
-        if let Some((_, bytes)) = n.tail.as_ref().filter(|(i, _)| *i == idx) {
+        if let Some((_, bytes)) = n.chunks.tail.as_ref().filter(|(i, _)| *i == idx) {
             ChunkIo::add(&self.chunk_io.tail_kept, 1);
             return Ok(bytes.clone());
         }
@@ -722,7 +774,7 @@ impl State {
             Ok(v) => v.unwrap_or_default(),
             Err(e) => return Err(engine_err(coll, &k, &e)),
         };
-        let mask = n.patches.get(&idx).copied().unwrap_or(0);
+        let mask = n.chunks.patches.get(&idx).copied().unwrap_or(0);
         if n.storage == Storage::Chunked && mask != 0 {
             let keys: Vec<Vec<u8>> = pages_of(mask)
                 .map(|p| layout::patch_key(n.fid, idx, p))
@@ -754,7 +806,7 @@ impl State {
                 Ok(Some(self.child_path(*p, name)?))
             }
             Storage::Chunked => {
-                if n.delete_chunks_from.is_some_and(|f| idx >= f) {
+                if n.chunks.delete_chunks_from.is_some_and(|f| idx >= f) {
                     return Ok(None);
                 }
                 Ok(Some(layout::chunk_key(n.fid, idx)))
@@ -776,14 +828,14 @@ impl State {
         };
         let n = self.node_mut(ino)?;
         n.storage = Storage::Chunked;
-        n.tail = None;
+        n.chunks.tail = None;
         n.no_chunks = false;
         n.docs_dirty = true;
-        n.delete_chunks_from = Some(0);
+        n.chunks.delete_chunks_from = Some(0);
         if !data.is_empty() || n.size > 0 {
             let len = data.len();
-            n.dirty.insert(0, Chunk::whole(data));
-            n.dirty_bytes += len;
+            n.chunks.dirty.insert(0, Chunk::whole(data));
+            n.chunks.dirty_bytes += len;
         }
         n.meta_dirty = true;
         self.mark_dirty(ino);
@@ -812,7 +864,7 @@ impl State {
             return Ok(());
         }
         // Unread chunks that will be written whole need their stored bytes first.
-        let fill: Vec<u64> = (n.dirty.iter())
+        let fill: Vec<u64> = (n.chunks.dirty.iter())
             .filter(|&(&idx, c)| {
                 c.unread && idx * n.chunk_size < n.size && n.patch_pages(idx, c).is_none()
             })
@@ -828,17 +880,19 @@ impl State {
         // Everything that can fail comes first, while the chunks are still in the node.
         let mut b = Batch::default();
         if n.kind == Kind::File {
-            if let Some(from) = n.delete_chunks_from {
+            if let Some(from) = n.chunks.delete_chunks_from {
                 for k in self.stored_chunk_keys(&coll, n.fid, from)? {
                     b.delete(&coll, k);
                 }
             }
         }
         let inline_path = match (n.kind, n.storage) {
-            (Kind::File, Storage::Inline) if linked && (n.docs_dirty || !n.dirty.is_empty()) => {
+            (Kind::File, Storage::Inline)
+                if linked && (n.docs_dirty || !n.chunks.dirty.is_empty()) =>
+            {
                 let (p, name) = n.only_link().ok_or(Errno(libc::EIO))?;
                 let path = self.child_path(*p, name)?;
-                let base = match n.dirty.contains_key(&0) {
+                let base = match n.chunks.dirty.contains_key(&0) {
                     true => None,
                     false => Some(self.load_chunk(ino, 0)?),
                 };
@@ -855,8 +909,10 @@ impl State {
         }
         let n = self.node_mut(ino)?;
         let (size, cs, fid) = (n.size, n.chunk_size, n.fid);
-        let stale_from = n.delete_chunks_from;
-        let mut dirty = std::mem::take(&mut n.dirty);
+        let stale_from = n.chunks.delete_chunks_from;
+        let mut dirty = (n.chunks.existing())
+            .map(|c| std::mem::take(&mut c.dirty))
+            .unwrap_or_default();
         // Patch bitmaps as they will be once the batch is written (0: no patches left).
         let mut patched: Vec<(u64, u64)> = Vec::new();
         let (mut whole, mut pages_written) = (0u64, 0u64);
@@ -876,7 +932,7 @@ impl State {
                 if start >= size {
                     continue;
                 }
-                let had = n.patches.get(&idx).copied().unwrap_or(0);
+                let had = n.chunks.patches.get(&idx).copied().unwrap_or(0);
                 let patch = n.patch_pages(idx, &c);
                 c.data.truncate((size - start).min(cs) as usize);
                 match patch {
@@ -927,18 +983,23 @@ impl State {
         ChunkIo::add(&self.chunk_io.written_whole, whole);
         ChunkIo::add(&self.chunk_io.patch_pages, pages_written);
         let n = self.node_mut(ino)?;
-        n.tail = tail.kept;
+        if let Some(kept) = tail.kept {
+            n.chunks.tail = Some(kept); // `TailUpdate::new` took the old one
+        }
         if let Some(from) = stale_from {
-            n.patches.split_off(&from);
+            n.chunks.patches.split_off(&from);
         }
         for (idx, mask) in patched {
             match mask {
-                0 => n.patches.remove(&idx),
-                m => n.patches.insert(idx, m),
+                0 => n.chunks.patches.remove(&idx),
+                m => n.chunks.patches.insert(idx, m),
             };
         }
-        n.dirty_bytes = 0;
-        n.delete_chunks_from = None;
+        if let Some(c) = n.chunks.existing() {
+            c.dirty_bytes = 0;
+            c.delete_chunks_from = None;
+        }
+        n.chunks.shrink();
         n.docs_dirty = false;
         n.meta_dirty = false;
         if needs_record && linked {
@@ -980,10 +1041,10 @@ impl State {
         let (cs, first) = (n.chunk_size, off / n.chunk_size);
         let last = (n.size - 1) / cs;
         let coll = self.coll_name(n.coll)?;
-        let stale = n.delete_chunks_from.unwrap_or(u64::MAX);
-        let in_memory: BTreeSet<u64> = (n.patches.keys().copied())
+        let stale = n.chunks.delete_chunks_from.unwrap_or(u64::MAX);
+        let in_memory: BTreeSet<u64> = (n.chunks.patches.keys().copied())
             .filter(|&i| i < stale)
-            .chain(n.dirty.keys().copied())
+            .chain(n.chunks.dirty.keys().copied())
             .collect();
         let err = |e: basalt_engine::Error| engine_err(coll, &layout::chunk_key(n.fid, first), &e);
         let db_coll = self.db.collection(coll).map_err(err)?;
@@ -1045,8 +1106,8 @@ impl State {
             }
         }
         if let Ok(n) = self.node_mut(ino) {
-            n.dirty_bytes = dirty.values().map(|c| c.data.len()).sum();
-            n.dirty = dirty;
+            n.chunks.dirty_bytes = dirty.values().map(|c| c.data.len()).sum();
+            n.chunks.dirty = dirty;
         }
     }
 
@@ -1079,7 +1140,7 @@ impl State {
 
     /// Deletes every record of an inode that no name refers to and no handle holds.
     pub fn purge_inode(&mut self, ino: u64, b: &mut Batch) -> Result<(), Errno> {
-        self.node_mut(ino)?.tail = None;
+        self.node_mut(ino)?.drop_tail();
         let n = self.node(ino)?;
         let coll = self.coll_name(n.coll)?.to_string();
         b.delete(&coll, layout::inode_key(n.fid));
@@ -1132,6 +1193,15 @@ mod tests {
 
     fn file(perm: u16) -> Node {
         Node::new(2, 1, 1, Kind::File, perm, SystemTime::UNIX_EPOCH)
+    }
+
+    /// Every inode is in memory: the parts only some inodes use (directory entries,
+    /// extended attributes, symlink target, pending chunks) stay behind pointers.
+    #[test]
+    fn a_node_keeps_its_rarely_used_parts_behind_pointers() {
+        let size = std::mem::size_of::<Node>();
+        println!("Node: {size} bytes (352 before crate::lazy)");
+        assert!(size <= 216, "Node grew to {size} bytes");
     }
 
     #[test]

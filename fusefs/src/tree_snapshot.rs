@@ -190,7 +190,7 @@ impl Snapshot {
                     for p in paths {
                         r.docs.insert(p, (layout::MANIFEST_LEN as u64, Some(m)));
                     }
-                    for (&idx, &mask) in &n.patches {
+                    for (&idx, &mask) in &n.chunks.patches {
                         for p in pages_of(mask) {
                             r.patches.push(layout::patch_key(n.fid, idx, p));
                         }

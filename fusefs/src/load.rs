@@ -190,8 +190,11 @@ pub(crate) fn build_collection(
         patches,
     } = records;
     // Room for every inode at once: each growth of the map moves every node (a few
-    // hundred bytes each). 63k entries: mounted about 5% sooner.
-    st.nodes.reserve(recs.len() + docs.len());
+    // hundred bytes each). 63k entries: mounted about 5% sooner. A file has both an
+    // inode record and a document, so their sum would count it twice and double the
+    // map (1M buckets of 216 bytes for 300k files); each alone counts every file
+    // either way (the engine API writes documents only).
+    st.nodes.reserve(recs.len().max(docs.len()));
 
     let coll_id = st.next_coll;
     st.next_coll += 1;

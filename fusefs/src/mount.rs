@@ -912,6 +912,48 @@ mod tests {
         );
     }
 
+    /// The inode map is sized for the inodes a mount builds, not for its records: a
+    /// file has an inode record and a document, and counting both doubled the map.
+    #[test]
+    fn the_inode_map_is_sized_for_the_files_not_their_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = 1000;
+        {
+            let db = Db::open(dir.path(), basalt_engine::Options::default()).unwrap();
+            db.create_collection("c").unwrap();
+            let mut st = build_state(db, crate::DEFAULT_CHUNK_SIZE as u64, 0).unwrap();
+            let root = st.colls[&st.coll_by_name["c"]].root;
+            for i in 0..files {
+                let name = format!("f{i}");
+                let ino = st
+                    .create(caller(), root, OsStr::new(&name), new_file())
+                    .unwrap();
+                st.write(ino, 0, b"x").unwrap();
+            }
+            st.flush_all().unwrap();
+        }
+        let db = Db::open(dir.path(), basalt_engine::Options::default()).unwrap();
+        let st = build_state(db, crate::DEFAULT_CHUNK_SIZE as u64, 0).unwrap();
+        let (len, cap) = (st.nodes.len(), st.nodes.capacity());
+        println!("{len} inodes in a map with room for {cap}");
+        assert!(len > files, "every file is there");
+        assert!(cap < 2 * len, "room for {cap} inodes, {len} built");
+    }
+
+    fn caller() -> crate::fs::Caller {
+        crate::fs::Caller { uid: 0, gid: 0 }
+    }
+
+    fn new_file() -> crate::fs::NewNode<'static> {
+        crate::fs::NewNode {
+            kind: crate::layout::Kind::File,
+            mode: 0o644,
+            umask: 0,
+            rdev: 0,
+            symlink: b"",
+        }
+    }
+
     /// A file's chunk state (dirty chunks, kept tail) lives only while it has some: a
     /// written file gives it back at its flush, and at its last writer's close when
     /// the flush kept a chunk for that writer.
@@ -922,15 +964,9 @@ mod tests {
         db.create_collection("c").unwrap();
         let mut st = build_state(db, crate::DEFAULT_CHUNK_SIZE as u64, 0).unwrap();
         let root = st.colls[&st.coll_by_name["c"]].root;
-        let file = crate::fs::NewNode {
-            kind: crate::layout::Kind::File,
-            mode: 0o644,
-            umask: 0,
-            rdev: 0,
-            symlink: b"",
-        };
-        let who = crate::fs::Caller { uid: 0, gid: 0 };
-        let ino = st.create(who, root, OsStr::new("f"), file).unwrap();
+        let ino = st
+            .create(caller(), root, OsStr::new("f"), new_file())
+            .unwrap();
         assert!(!st.nodes[&ino].chunks.is_allocated(), "a new file has none");
         st.write(ino, 0, &noise(1, 10_000)).unwrap();
         assert!(

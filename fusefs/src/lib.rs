@@ -32,7 +32,7 @@ pub use document::{write_document, DocumentReader, DEFAULT_CHUNK_SIZE};
 pub use error::FsError;
 pub use mount::{
     disable_transparent_huge_pages, force_unmount, is_stale_mount, mount, mount_null,
-    readahead_file, MountConfig, MountHandle, DEFAULT_READAHEAD_KB,
+    readahead_file, return_freed_memory, MountConfig, MountHandle, DEFAULT_READAHEAD_KB,
 };
 pub use tree_snapshot::{
     verify as verify_tree_snapshot, Verdict as TreeSnapshotVerdict, AUX_NAME as TREE_SNAPSHOT_AUX,

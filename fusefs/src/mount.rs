@@ -303,6 +303,7 @@ pub fn mount(db: Db, cfg: MountConfig) -> Result<MountHandle, FsError> {
         db: db.clone(),
     };
     let state = build_state(db, chunk_size, external.id)?;
+    return_freed_memory();
     let (flush_interval, readahead_kb, workers) =
         (opts.flush_interval, opts.readahead_kb, opts.workers);
     let (pinning, max_write, ring_threads) = (opts.io_uring, opts.max_write, opts.io_uring_threads);
@@ -729,6 +730,24 @@ pub fn disable_transparent_huge_pages() -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Gives the memory the tree's build freed back to the kernel at once (mimalloc's
+/// `mi_collect`): the records a mount reads are freed once the tree is built, mostly
+/// by loader threads that have ended, and mimalloc returns freed pages only after a
+/// delay, at a later allocation or free of the heap that holds them: an idle mount
+/// often kept them. 300,000 small files, mounted from the tree snapshot, RSS 3 s
+/// after mounting: 305-356 MB without the call (two rounds in four near 356), 202 MB
+/// with `MIMALLOC_PURGE_DELAY=0`. Does nothing for memory of another allocator.
+pub fn return_freed_memory() {
+    // `libmimalloc-sys` declares `mi_collect` only under its `extended` feature, which
+    // needs a crate this build does not have; the symbol is in the library it links.
+    extern "C" {
+        fn mi_collect(force: bool);
+    }
+    // SAFETY: `mi_collect` takes a flag, may be called from any thread at any time,
+    // and only frees what mimalloc holds unused.
+    unsafe { mi_collect(true) };
 }
 
 /// Detaches the mount at `mountpoint` if it is stale ([`is_stale_mount`]); true if it

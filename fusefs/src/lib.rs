@@ -27,6 +27,10 @@ mod state;
 mod tree_snapshot;
 mod views;
 
+// Linked for `return_freed_memory` (mimalloc's `mi_collect`) even in a process whose
+// global allocator is another one (the tests).
+extern crate mimalloc;
+
 pub use connection::abort_mount as abort_connection;
 pub use document::{write_document, DocumentReader, DEFAULT_CHUNK_SIZE};
 pub use error::FsError;

@@ -45,8 +45,9 @@ pg_kill() {
     local all="$PG_PID $(pgrep -P "$PG_PID" | tr '\n' ' ')"
     # shellcheck disable=SC2086
     kill -9 $all 2>/dev/null || true
+    # Gone within 10 s (a process waiting on a dead mount is woken by its abort).
     for p in $all; do
-      while kill -0 "$p" 2>/dev/null; do sleep 0.05; done
+      for _ in $(seq 200); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
     done
     PG_PID=""
   fi

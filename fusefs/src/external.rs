@@ -304,7 +304,7 @@ impl State {
                 n
             }
         };
-        self.nodes.insert(ino, node);
+        self.nodes.insert(ino, Box::new(node));
         link_child(self, parent, leaf.clone(), ino);
         out.push(Forget::Entry { parent, name: leaf });
         out.push(Forget::Inode(parent));

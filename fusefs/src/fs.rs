@@ -130,7 +130,7 @@ impl State {
         if new.kind == Kind::Dir {
             n.nlink = 2;
         }
-        self.nodes.insert(ino, n);
+        self.nodes.insert(ino, Box::new(n));
         link_child(self, parent, name.to_os_string(), ino);
         let old_parent_times = {
             let p = self.node(parent)?;

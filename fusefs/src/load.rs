@@ -189,11 +189,11 @@ pub(crate) fn build_collection(
         mut docs,
         patches,
     } = records;
-    // Room for every inode at once: each growth of the map moves every node (a few
-    // hundred bytes each). 63k entries: mounted about 5% sooner. A file has both an
-    // inode record and a document, so their sum would count it twice and double the
-    // map (1M buckets of 216 bytes for 300k files); each alone counts every file
-    // either way (the engine API writes documents only).
+    // Room for every inode at once: each growth of the map rehashes every slot (with
+    // nodes inline, 63k entries mounted about 5% sooner). A file has both an inode
+    // record and a document, so their sum would count it twice and double the map
+    // (1M slots for 300k files); each alone counts every file either way (the engine
+    // API writes documents only).
     st.nodes.reserve(recs.len().max(docs.len()));
 
     let coll_id = st.next_coll;
@@ -211,7 +211,7 @@ pub(crate) fn build_collection(
         }
     };
     root.nlink = 2;
-    st.nodes.insert(root_ino, root);
+    st.nodes.insert(root_ino, Box::new(root));
     st.colls.insert(
         coll_id,
         Coll {
@@ -292,7 +292,7 @@ pub(crate) fn build_collection(
                 if rec.kind == Kind::Dir {
                     n.nlink = 2;
                 }
-                st.nodes.insert(ino, n);
+                st.nodes.insert(ino, Box::new(n));
                 fid_ino.insert(*fid, ino);
                 used_fids.insert(*fid);
                 ino
@@ -328,7 +328,7 @@ pub(crate) fn build_collection(
                 let mut n = Node::from_record(ino, coll_id, m.fid, &recs[&m.fid]);
                 n.nlink = 0;
                 n.persisted = false;
-                st.nodes.insert(ino, n);
+                st.nodes.insert(ino, Box::new(n));
                 fid_ino.insert(m.fid, ino);
                 used_fids.insert(m.fid);
                 ino
@@ -338,7 +338,7 @@ pub(crate) fn build_collection(
                 let fid = st.alloc_fid(coll_id);
                 let mut n = Node::for_document(ino, coll_id, fid, len, now);
                 inherit_from(st, parent, &mut n);
-                st.nodes.insert(ino, n);
+                st.nodes.insert(ino, Box::new(n));
                 ino
             }
         };
@@ -444,7 +444,7 @@ pub(crate) fn ensure_dirs_noting(
                 let mut n = Node::new(ino, coll, fid, Kind::Dir, 0o755, now);
                 n.nlink = 2;
                 inherit_from(st, cur, &mut n);
-                st.nodes.insert(ino, n);
+                st.nodes.insert(ino, Box::new(n));
                 link_child(st, cur, name.to_os_string(), ino);
                 first_new.get_or_insert_with(|| (cur, name.to_os_string()));
                 cur = ino;

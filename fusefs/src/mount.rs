@@ -231,7 +231,7 @@ fn build_state(db: Db, chunk_size: u64, mount_id: u64) -> Result<State, FsError>
     let mut root = root_node(&st.db, now)?;
     root.nlink = 2;
     root.persisted = true;
-    st.nodes.insert(ROOT_INO, root);
+    st.nodes.insert(ROOT_INO, Box::new(root));
     let names: BTreeMap<String, ()> = st
         .db
         .list_collections()

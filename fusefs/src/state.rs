@@ -131,8 +131,11 @@ impl Links {
     }
 }
 
-/// The tree's inodes by number.
-pub type NodeMap = foldhash::HashMap<u64, Node>;
+/// The tree's inodes by number. Boxed: the map keeps 16-byte slots, about twice as
+/// many as inodes, where inline nodes made every spare slot cost a whole `Node`
+/// (300,000 files: 165 MB resident after mounting against 216 MB inline). The pointer
+/// chase cost nothing measurable: daemon CPU per create, stat and delete within 5%.
+pub type NodeMap = foldhash::HashMap<u64, Box<Node>>;
 
 /// An inode in memory.
 #[derive(Debug)]
@@ -596,11 +599,17 @@ impl TailUpdate {
 
 impl State {
     pub fn node(&self, ino: u64) -> Result<&Node, Errno> {
-        self.nodes.get(&ino).ok_or(Errno(libc::ENOENT))
+        self.nodes
+            .get(&ino)
+            .map(|n| &**n)
+            .ok_or(Errno(libc::ENOENT))
     }
 
     pub fn node_mut(&mut self, ino: u64) -> Result<&mut Node, Errno> {
-        self.nodes.get_mut(&ino).ok_or(Errno(libc::ENOENT))
+        self.nodes
+            .get_mut(&ino)
+            .map(|n| &mut **n)
+            .ok_or(Errno(libc::ENOENT))
     }
 
     pub fn coll_name(&self, id: u32) -> Result<&str, Errno> {

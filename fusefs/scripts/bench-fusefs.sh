@@ -92,10 +92,7 @@ order() {
 for fs in basalt ext4; do
   pg_init "$(dir_of $fs)/pg"
   pg_start "$(dir_of $fs)/pg" "$WORK/pgsock-$fs"
-  pg_as "$PG_BIN/pgbench" -h "$WORK/pgsock-$fs" -i -q -s "$PG_SCALE" postgres >"$WORK/pgbench.log" 2>&1 || {
-    cat "$WORK/pgbench.log"
-    exit 1
-  }
+  pgbench_run "$WORK/pgsock-$fs" "$WORK/pgbench.log" -i -q -s "$PG_SCALE" || exit 1
   pg_stop "$(dir_of $fs)/pg"
 done
 # fio_run FS MEASURE ROUND DIRECTION bw|iops FIO_ARGS...: one fio run, its rate recorded.
@@ -142,10 +139,7 @@ for r in $(seq "$ROUNDS"); do
   for fs in $(order "$r" basalt ext4); do
     drop
     pg_start "$(dir_of $fs)/pg" "$WORK/pgsock-$fs"
-    pg_as "$PG_BIN/pgbench" -h "$WORK/pgsock-$fs" -c 4 -j 2 -T "$RUNTIME" postgres >"$WORK/pgbench.log" 2>&1 || {
-      cat "$WORK/pgbench.log"
-      exit 1
-    }
+    pgbench_run "$WORK/pgsock-$fs" "$WORK/pgbench.log" -c 4 -j 2 -T "$RUNTIME" || exit 1
     pg_stop "$(dir_of $fs)/pg"
     record $fs pgbench "$r" "$(pgbench_tps "$WORK/pgbench.log")"
   done

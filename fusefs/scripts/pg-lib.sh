@@ -13,6 +13,8 @@
 #                          child is the leader of a session of its own, so not in the
 #                          postmaster's process group)
 #   pg_sql SOCK SQL        runs SQL (psql -At, stops at the first error) and prints rows
+#   pgbench_run SOCK LOG ARGS...  pgbench ARGS against the server at SOCK, output to LOG
+#                          (printed, and status 1, when pgbench fails)
 #   pgbench_tps LOG        the tps pgbench printed in LOG (empty if none)
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 if [ -z "$PG_BIN" ] || ! [ -x "$PG_BIN/initdb" ]; then
@@ -53,4 +55,12 @@ pg_kill() {
   fi
 }
 pg_sql() { pg_as "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$1" -d postgres -c "$2"; }
+pgbench_run() {
+  local sock=$1 log=$2
+  shift 2
+  pg_as "$PG_BIN/pgbench" -h "$sock" "$@" postgres >"$log" 2>&1 || {
+    cat "$log"
+    return 1
+  }
+}
 pgbench_tps() { awk '/^tps = / {print $3}' "$1" | tail -1; }

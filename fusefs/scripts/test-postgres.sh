@@ -43,10 +43,7 @@ mkdir "$MNT/pg" # the collection `pg`
 chown postgres "$MNT/pg"
 pg_init "$PGD"
 pg_start "$PGD" "$SOCK"
-pg_as "$PG_BIN/pgbench" -h "$SOCK" -i -q -s 2 postgres >"$WORK/init.log" 2>&1 || {
-  cat "$WORK/init.log"
-  exit 1
-}
+pgbench_run "$SOCK" "$WORK/init.log" -i -q -s 2 || exit 1
 pg_sql "$SOCK" "create extension amcheck; create table acked (id bigint primary key)"
 echo "test-postgres: PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on the mount, $ROUNDS crash rounds, seed $SEED"
 

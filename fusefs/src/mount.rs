@@ -737,8 +737,8 @@ pub fn disable_transparent_huge_pages() -> std::io::Result<()> {
 /// by loader threads that have ended, and mimalloc returns freed pages only after a
 /// delay, at a later allocation or free of the heap that holds them: an idle mount
 /// often kept them. 300,000 small files, mounted from the tree snapshot, RSS 3 s
-/// after mounting: 305-356 MB without the call (two rounds in four near 356), 202 MB
-/// with `MIMALLOC_PURGE_DELAY=0`. Does nothing for memory of another allocator.
+/// after mounting: 305-356 MB without the call (two rounds in four near 356), 216 MB
+/// with it. Does nothing for memory of another allocator.
 pub fn return_freed_memory() {
     // `libmimalloc-sys` declares `mi_collect` only under its `extended` feature, which
     // needs a crate this build does not have; the symbol is in the library it links.
@@ -938,10 +938,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let files = 1000;
         {
-            let db = Db::open(dir.path(), basalt_engine::Options::default()).unwrap();
-            db.create_collection("c").unwrap();
-            let mut st = build_state(db, crate::DEFAULT_CHUNK_SIZE as u64, 0).unwrap();
-            let root = st.colls[&st.coll_by_name["c"]].root;
+            let (mut st, root) = state_with_collection(dir.path());
             for i in 0..files {
                 let name = format!("f{i}");
                 let ino = st
@@ -957,6 +954,15 @@ mod tests {
         println!("{len} inodes in a map with room for {cap}");
         assert!(len > files, "every file is there");
         assert!(cap < 2 * len, "room for {cap} inodes, {len} built");
+    }
+
+    /// The state of a new engine in `dir` with an empty collection `c`, and its root.
+    fn state_with_collection(dir: &Path) -> (State, u64) {
+        let db = Db::open(dir, basalt_engine::Options::default()).unwrap();
+        db.create_collection("c").unwrap();
+        let st = build_state(db, crate::DEFAULT_CHUNK_SIZE as u64, 0).unwrap();
+        let root = st.colls[&st.coll_by_name["c"]].root;
+        (st, root)
     }
 
     fn caller() -> crate::fs::Caller {
@@ -979,10 +985,7 @@ mod tests {
     #[test]
     fn a_written_file_gives_its_chunk_state_back_once_flushed() {
         let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path(), basalt_engine::Options::default()).unwrap();
-        db.create_collection("c").unwrap();
-        let mut st = build_state(db, crate::DEFAULT_CHUNK_SIZE as u64, 0).unwrap();
-        let root = st.colls[&st.coll_by_name["c"]].root;
+        let (mut st, root) = state_with_collection(dir.path());
         let ino = st
             .create(caller(), root, OsStr::new("f"), new_file())
             .unwrap();

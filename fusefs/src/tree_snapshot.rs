@@ -25,6 +25,7 @@ use basalt_engine::{CollId, Db, Seqno};
 use crate::layout::{self, put_bytes, Cursor, InodeRecord, Kind, Manifest, Storage};
 use crate::load::Records;
 use crate::state::{pages_of, State, ROOT_INO};
+use crate::views::DIR_NAME;
 
 /// Name of the engine aux file holding the snapshot.
 pub const AUX_NAME: &str = "fusefs-tree";
@@ -296,7 +297,8 @@ pub(crate) fn usable(db: &Db) -> Result<Option<Snapshot>, String> {
     }
     let snap = Snapshot::decode(&bytes).map_err(|e| format!("{}: {e}", file()))?;
     let mut live = BTreeMap::new();
-    for name in db.list_collections() {
+    // A collection the `/.basalt` view hides is not mounted, so no snapshot lists it.
+    for name in db.list_collections().into_iter().filter(|n| n != DIR_NAME) {
         let id = db.collection(&name).map_err(|e| e.to_string())?.id();
         live.insert(name, id);
     }

@@ -316,6 +316,33 @@ fn a_stale_or_damaged_snapshot_is_not_used() {
     h.unmount().unwrap();
 }
 
+/// A collection named like the `/.basalt` view is hidden by it, not mounted: the
+/// snapshot, which lists the mounted collections, is still used next time.
+#[test]
+fn a_collection_hidden_by_the_view_does_not_make_the_snapshot_stale() {
+    require_fuse!();
+    let (_tmp, data, mp) = data_and_mountpoint();
+    let db = open_db(&data);
+    db.create_collection(".basalt").unwrap();
+    db.put(".basalt", b"doc", b"kept").unwrap();
+    let h = mount(db.clone(), cfg(&mp)).unwrap();
+    std::fs::create_dir(mp.join("c")).unwrap();
+    std::fs::write(mp.join("c/f"), b"1").unwrap();
+    h.unmount().unwrap();
+    let verdict = verify_tree_snapshot(&db).unwrap();
+    assert!(matches!(verdict, Verdict::Current(_)), "{verdict:?}");
+
+    let h = mount(db.clone(), cfg(&mp)).unwrap();
+    assert_eq!(loaded_from(&mp), ("snapshot".to_string(), None));
+    assert_eq!(std::fs::read(mp.join("c/f")).unwrap(), b"1");
+    assert!(mp.join(".basalt/stats.json").exists());
+    h.unmount().unwrap();
+    assert_eq!(
+        db.get(".basalt", b"doc").unwrap().as_deref(),
+        Some(&b"kept"[..])
+    );
+}
+
 /// Documents written through the engine API while the mount stops: each is a file at
 /// the next mount, whether the snapshot was written before the last of them (then it
 /// is stale and not used) or after (then it holds them all).

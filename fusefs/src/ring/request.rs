@@ -14,34 +14,40 @@ use fuser::TimeOrNow;
 use super::abi::{self, fattr, opcode, InHeader, RingHeaders};
 use crate::fuse::AttrChanges;
 
-/// A time the kernel sent as seconds (negative before the epoch) and nanoseconds.
-fn kernel_time(secs: u64, nsecs: u32) -> SystemTime {
-    let secs = secs as i64;
-    if secs >= 0 {
-        UNIX_EPOCH + Duration::new(secs as u64, nsecs)
-    } else {
-        UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + Duration::from_nanos(nsecs.into())
+/// A time the kernel sent as seconds (negative before the epoch) and nanoseconds;
+/// `None` for nanoseconds of a second or more or a time `SystemTime` cannot hold
+/// (the kernel validates both; this decoder does not rely on it).
+fn kernel_time(secs: u64, nsecs: u32) -> Option<SystemTime> {
+    if nsecs >= 1_000_000_000 {
+        return None;
     }
+    let secs = secs as i64;
+    let whole = if secs >= 0 {
+        UNIX_EPOCH.checked_add(Duration::from_secs(secs as u64))?
+    } else {
+        UNIX_EPOCH.checked_sub(Duration::from_secs(secs.unsigned_abs()))?
+    };
+    whole.checked_add(Duration::from_nanos(nsecs.into()))
 }
 
-/// What a SETATTR asks to change.
-fn changes(s: &abi::SetattrIn) -> AttrChanges {
+/// What a SETATTR asks to change (`None`: a time out of range).
+fn changes(s: &abi::SetattrIn) -> Option<AttrChanges> {
     let has = |bit: u32| s.valid & bit != 0;
-    let time = |now: u32, secs: u64, nsecs: u32| {
-        if has(now) {
-            TimeOrNow::Now
-        } else {
-            TimeOrNow::SpecificTime(kernel_time(secs, nsecs))
-        }
+    let time = |set: u32, now: u32, secs: u64, nsecs: u32| -> Option<Option<TimeOrNow>> {
+        Some(match (has(set), has(now)) {
+            (false, _) => None,
+            (true, true) => Some(TimeOrNow::Now),
+            (true, false) => Some(TimeOrNow::SpecificTime(kernel_time(secs, nsecs)?)),
+        })
     };
-    AttrChanges {
+    Some(AttrChanges {
         mode: has(fattr::MODE).then_some(s.mode),
         uid: has(fattr::UID).then_some(s.uid),
         gid: has(fattr::GID).then_some(s.gid),
         size: has(fattr::SIZE).then_some(s.size),
-        atime: has(fattr::ATIME).then(|| time(fattr::ATIME_NOW, s.atime, s.atimensec)),
-        mtime: has(fattr::MTIME).then(|| time(fattr::MTIME_NOW, s.mtime, s.mtimensec)),
-    }
+        atime: time(fattr::ATIME, fattr::ATIME_NOW, s.atime, s.atimensec)?,
+        mtime: time(fattr::MTIME, fattr::MTIME_NOW, s.mtime, s.mtimensec)?,
+    })
 }
 
 /// One request taken from the ring.
@@ -299,7 +305,7 @@ pub fn decode<'a>(headers: &'a RingHeaders, payload: &'a [u8]) -> Result<Request
             opcode::SETATTR => {
                 let a = arg!(abi::SetattrIn)?;
                 Op::Setattr {
-                    changes: changes(&a),
+                    changes: changes(&a)?,
                     fh: (a.valid & fattr::FH != 0).then_some(a.fh),
                 }
             }
@@ -647,5 +653,43 @@ mod tests {
         // Unknown opcodes are passed on, to be answered ENOSYS.
         let h = headers(4000, &[]);
         assert!(matches!(decode(&h, b"").unwrap().op, Op::Other(4000)));
+    }
+
+    #[test]
+    fn a_setattr_time_out_of_range_is_refused() {
+        let mut a = abi::SetattrIn::new_zeroed();
+        a.valid = fattr::MTIME;
+        a.mtime = i64::MAX as u64;
+        a.mtimensec = 1_000_000_000;
+        let h = headers(opcode::SETATTR, a.as_bytes());
+        assert!(decode(&h, b"").is_err());
+        a.mtimensec = 999_999_999;
+        let h = headers(opcode::SETATTR, a.as_bytes());
+        assert!(decode(&h, b"").is_ok());
+    }
+
+    proptest::proptest! {
+        /// Whatever bytes a ring entry holds, decoding gives a request or a refusal
+        /// naming it, never a panic, and write data never reaches past the payload.
+        #[test]
+        fn any_bytes_decode_to_a_request_or_a_refusal(
+            opcode in proptest::prop_oneof![0u32..64, proptest::prelude::any::<u32>()],
+            op_in in proptest::collection::vec(proptest::prelude::any::<u8>(), abi::RING_OP_IN),
+            payload in proptest::collection::vec(
+                proptest::prop_oneof![3 => proptest::prelude::any::<u8>(), 1 => proptest::strategy::Just(0u8)],
+                0..300,
+            ),
+        ) {
+            let h = headers(opcode, &op_in);
+            match decode(&h, &payload) {
+                Ok(r) => {
+                    proptest::prop_assert_eq!(r.unique, 7);
+                    if let Op::Write { data, .. } = r.op {
+                        proptest::prop_assert!(data.len() <= payload.len());
+                    }
+                }
+                Err(m) => proptest::prop_assert_eq!(m, Malformed { opcode, unique: 7 }),
+            }
+        }
     }
 }

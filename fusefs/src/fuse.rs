@@ -426,7 +426,8 @@ pub struct AttrChanges {
 }
 
 impl AttrChanges {
-    /// From the arguments `fuser` hands to `Filesystem::setattr`.
+    /// From the arguments `fuser` hands to `Filesystem::setattr`; times before the
+    /// epoch are corrected (see [`from_fuser_time`]).
     pub fn new(
         mode: Option<u32>,
         uid: Option<u32>,
@@ -440,9 +441,30 @@ impl AttrChanges {
             uid,
             gid,
             size,
-            atime,
-            mtime,
+            atime: atime.map(from_fuser_time),
+            mtime: mtime.map(from_fuser_time),
         }
+    }
+}
+
+/// The time the kernel meant by a time `fuser` 0.18 decoded. For seconds `s < 0` and
+/// nanoseconds `n` (the kernel's `-1.5 s` is `s = -2, n = 500_000_000`) it computes
+/// `epoch - (|s| s + n ns)` instead of `epoch - |s| s + n ns`, up to two seconds too
+/// early (`touch -d` of a time before 1970 stored 1 s early); a time at or after the
+/// epoch is right. Undone here: for a time before the epoch, `|s|` and `n` are the
+/// whole seconds and nanoseconds of its distance from the epoch.
+fn from_fuser_time(t: TimeOrNow) -> TimeOrNow {
+    let TimeOrNow::SpecificTime(at) = t else {
+        return t;
+    };
+    match SystemTime::UNIX_EPOCH.duration_since(at) {
+        Ok(before) if !before.is_zero() => {
+            let whole = SystemTime::UNIX_EPOCH.checked_sub(Duration::from_secs(before.as_secs()));
+            let meant = whole
+                .and_then(|w| w.checked_add(Duration::from_nanos(before.subsec_nanos().into())));
+            TimeOrNow::SpecificTime(meant.unwrap_or(at))
+        }
+        _ => t,
     }
 }
 

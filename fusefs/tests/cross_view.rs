@@ -720,6 +720,23 @@ fn the_mount_roots_attributes_survive_a_remount() {
     h.unmount().unwrap();
 }
 
+/// Times before the epoch keep their fraction of a second through the mount and a
+/// remount (`fuser` decodes them up to two seconds early; `touch -d 1969-12-31` stored
+/// a second early before this was corrected).
+#[test]
+fn times_before_the_epoch_survive_exactly() {
+    require_fuse!();
+    let (_tmp, data, mp) = data_and_mountpoint();
+    let db = open_db(&data);
+    let h = mount(db.clone(), cfg(&mp)).unwrap();
+    std::fs::create_dir(mp.join("c")).unwrap();
+    common::set_awkward_times(&mp.join("c"));
+    h.unmount().unwrap();
+    let h = mount(db.clone(), cfg(&mp)).unwrap();
+    common::assert_awkward_times(&mp.join("c"), "after a remount");
+    h.unmount().unwrap();
+}
+
 /// A file with writes the mount has not flushed yet keeps them over a document
 /// written through the engine API meanwhile: its flush rewrites the document, as if the
 /// engine write had come first (the mount and the engine agree after the unmount).

@@ -43,6 +43,8 @@ fn basalt_mount_over_io_uring_serves_files_that_the_engine_and_a_classic_mount_r
             &format!("over io_uring ({pinning})"),
         );
         std::fs::remove_file(c.join("sparse")).unwrap();
+        std::fs::create_dir(c.join("times")).unwrap();
+        common::set_awkward_times(&c.join("times"));
         let mut f = std::fs::File::create(c.join("sub/small")).unwrap();
         f.write_all(&small).unwrap();
         f.sync_all().unwrap();
@@ -92,7 +94,7 @@ fn basalt_mount_over_io_uring_serves_files_that_the_engine_and_a_classic_mount_r
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
-        assert_eq!(names.len(), 4, "{names:?}");
+        assert_eq!(names.len(), 5, "{names:?}");
         let stats = common::stats(&mp);
         assert!(
             stats["filesystem"]["requests"]["read"].as_u64() > Some(0),
@@ -140,6 +142,7 @@ fn basalt_mount_over_io_uring_serves_files_that_the_engine_and_a_classic_mount_r
             )
         };
         assert_eq!(&v[..n as usize], b"value");
+        common::assert_awkward_times(&c.join("times"), "set over the ring, read classic");
     }
     m.stop();
 }

@@ -437,3 +437,52 @@ pub fn assert_sparse_map(f: &std::fs::File, how: &str) {
         );
     }
 }
+
+/// Access and modification times (nanoseconds from the epoch) that a decoder can get
+/// wrong: before the epoch with a fraction of a second, the epoch's last nanosecond
+/// before it, after it with nanoseconds.
+pub const AWKWARD_TIMES: [(i64, i64); 3] = [
+    (-1_500_000_000, -86_400_250_000_001),
+    (-1, 1_700_000_000_123_456_789),
+    (0, -999_999_999),
+];
+
+/// Sets `p`'s access and modification times to `atime_ns` and `mtime_ns`
+/// (`utimensat`, nanoseconds from the epoch, negative before it).
+pub fn set_times_ns(p: &Path, atime_ns: i64, mtime_ns: i64) {
+    let ts = |ns: i64| libc::timespec {
+        tv_sec: ns.div_euclid(1_000_000_000),
+        tv_nsec: ns.rem_euclid(1_000_000_000),
+    };
+    let times = [ts(atime_ns), ts(mtime_ns)];
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid C string and two timespecs.
+    let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
+    assert_eq!(r, 0, "utimensat {p:?}: {}", std::io::Error::last_os_error());
+}
+
+/// `p`'s access and modification times in nanoseconds from the epoch.
+pub fn times_ns(p: &Path) -> (i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(p).unwrap();
+    let ns = |s: i64, n: i64| s * 1_000_000_000 + n;
+    (ns(m.atime(), m.atime_nsec()), ns(m.mtime(), m.mtime_nsec()))
+}
+
+/// Sets [`AWKWARD_TIMES`] on files `t0`, `t1`... in `dir` (created), checking each.
+pub fn set_awkward_times(dir: &Path) {
+    for (i, &(a, m)) in AWKWARD_TIMES.iter().enumerate() {
+        let p = dir.join(format!("t{i}"));
+        std::fs::write(&p, b"x").unwrap();
+        set_times_ns(&p, a, m);
+        assert_eq!(times_ns(&p), (a, m), "{p:?} right after utimensat");
+    }
+}
+
+/// Checks the times [`set_awkward_times`] set in `dir`.
+pub fn assert_awkward_times(dir: &Path, when: &str) {
+    for (i, &want) in AWKWARD_TIMES.iter().enumerate() {
+        let p = dir.join(format!("t{i}"));
+        assert_eq!(times_ns(&p), want, "{p:?} {when}");
+    }
+}

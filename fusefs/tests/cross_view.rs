@@ -328,24 +328,7 @@ fn engine_api_writes_while_mounted_are_files_at_once() {
 
 /// `renameat2(RENAME_EXCHANGE)` on `a` and `b`.
 fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
-    let (a, b) = (c(a), c(b));
-    // SAFETY: two valid C strings; AT_FDCWD with absolute paths.
-    let r = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    common::rename2(a, b, libc::RENAME_EXCHANGE)
 }
 
 /// The errno of a call that must fail.

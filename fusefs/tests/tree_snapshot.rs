@@ -7,9 +7,8 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::hash::{Hash, Hasher};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -18,7 +17,8 @@ use basalt_fusefs::{
     mount, verify_tree_snapshot, write_document, TreeSnapshotVerdict as Verdict, TREE_SNAPSHOT_AUX,
 };
 use common::{
-    data_and_mountpoint, mount_config as cfg, open_db, pattern, set_xattr, stats, DevMount,
+    data_and_mountpoint, differ, mount_config as cfg, open_db, pattern, set_xattr, stats, tree,
+    DevMount, TreeView,
 };
 
 fn aux(data: &Path) -> PathBuf {
@@ -47,76 +47,6 @@ fn mount_from_engine(db: &basalt_engine::Db, mp: &Path, why: &str) -> basalt_fus
         "skipped because {skipped:?}, not {why:?}"
     );
     h
-}
-
-/// The names of `p`'s extended attributes, sorted.
-fn xattr_names(p: &Path) -> Vec<Vec<u8>> {
-    let p = CString::new(p.as_os_str().as_bytes()).unwrap();
-    let mut buf = vec![0u8; 4096];
-    // SAFETY: a valid C string and a buffer of the given length.
-    let n = unsafe { libc::llistxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    assert!(n >= 0, "listxattr: {}", std::io::Error::last_os_error());
-    let mut v: Vec<Vec<u8>> = buf[..n as usize]
-        .split(|&b| b == 0)
-        .filter(|s| !s.is_empty())
-        .map(<[u8]>::to_vec)
-        .collect();
-    v.sort();
-    v
-}
-
-/// Everything a user sees of the tree under `mp` but inode numbers and access times:
-/// per path, type and mode, owner, links, size, modification and change times, the
-/// symlink target or a hash of the content, and the xattr names.
-fn tree(mp: &Path) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let mut todo = vec![mp.to_path_buf()];
-    while let Some(dir) = todo.pop() {
-        for e in std::fs::read_dir(&dir).unwrap() {
-            let p = e.unwrap().path();
-            let rel = p.strip_prefix(mp).unwrap().to_string_lossy().into_owned();
-            if rel == ".basalt" {
-                continue;
-            }
-            let m = std::fs::symlink_metadata(&p).unwrap();
-            let what = if m.is_dir() {
-                todo.push(p.clone());
-                String::new()
-            } else if m.file_type().is_symlink() {
-                format!("-> {:?}", std::fs::read_link(&p).unwrap())
-            } else if m.is_file() {
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                std::fs::read(&p).unwrap().hash(&mut h);
-                format!("content {:x}", h.finish())
-            } else {
-                String::new()
-            };
-            let line = format!(
-                "mode {:o} uid {} gid {} nlink {} size {} mtime {}.{} ctime {}.{} {what} xattrs {:?}",
-                m.mode(),
-                m.uid(),
-                m.gid(),
-                m.nlink(),
-                m.size(),
-                m.mtime(),
-                m.mtime_nsec(),
-                m.ctime(),
-                m.ctime_nsec(),
-                xattr_names(&p)
-            );
-            out.insert(rel, line);
-        }
-    }
-    out
-}
-
-/// The entries in which two listings differ, in words.
-fn differ(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Vec<String> {
-    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
-    keys.into_iter()
-        .filter(|k| a.get(*k) != b.get(*k))
-        .map(|k| format!("{k}: {:?} / {:?}", a.get(k), b.get(k)))
-        .collect()
 }
 
 fn none() -> Vec<String> {
@@ -192,7 +122,7 @@ fn a_clean_unmount_saves_the_records_a_mount_would_read() {
         "first mount"
     );
     populate(&db, &mp);
-    let shown = tree(&mp);
+    let shown = tree(&mp, TreeView::Everything);
     h.unmount().unwrap();
     assert!(aux(&data).exists(), "no snapshot after a clean unmount");
     let verdict = verify_tree_snapshot(&db).unwrap();
@@ -204,12 +134,12 @@ fn a_clean_unmount_saves_the_records_a_mount_would_read() {
 
     let h = mount(db.clone(), cfg(&mp)).unwrap();
     assert_eq!(loaded_from(&mp), ("snapshot".to_string(), None));
-    let from_snapshot = tree(&mp);
+    let from_snapshot = tree(&mp, TreeView::Everything);
     h.unmount().unwrap();
     std::fs::remove_file(aux(&data)).unwrap();
     let h = mount(db.clone(), cfg(&mp)).unwrap();
     assert_eq!(loaded_from(&mp), ("engine".to_string(), None));
-    let from_engine = tree(&mp);
+    let from_engine = tree(&mp, TreeView::Everything);
     h.unmount().unwrap();
     // Directories implied by engine-API documents (no records) take each mount's time.
     let implied = |mut t: BTreeMap<String, String>| {

@@ -448,8 +448,8 @@ pub const AWKWARD_TIMES: [(i64, i64); 3] = [
 ];
 
 /// Sets `p`'s access and modification times to `atime_ns` and `mtime_ns`
-/// (`utimensat`, nanoseconds from the epoch, negative before it).
-pub fn set_times_ns(p: &Path, atime_ns: i64, mtime_ns: i64) {
+/// (`utimensat`, following symlinks, nanoseconds from the epoch, negative before it).
+pub fn try_set_times_ns(p: &Path, atime_ns: i64, mtime_ns: i64) -> std::io::Result<()> {
     let ts = |ns: i64| libc::timespec {
         tv_sec: ns.div_euclid(1_000_000_000),
         tv_nsec: ns.rem_euclid(1_000_000_000),
@@ -457,8 +457,17 @@ pub fn set_times_ns(p: &Path, atime_ns: i64, mtime_ns: i64) {
     let times = [ts(atime_ns), ts(mtime_ns)];
     let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: a valid C string and two timespecs.
-    let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
-    assert_eq!(r, 0, "utimensat {p:?}: {}", std::io::Error::last_os_error());
+    match unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// [`try_set_times_ns`], asserting success.
+pub fn set_times_ns(p: &Path, atime_ns: i64, mtime_ns: i64) {
+    if let Err(e) = try_set_times_ns(p, atime_ns, mtime_ns) {
+        panic!("utimensat {p:?}: {e}");
+    }
 }
 
 /// `p`'s access and modification times in nanoseconds from the epoch.
@@ -484,5 +493,143 @@ pub fn assert_awkward_times(dir: &Path, when: &str) {
     for (i, &want) in AWKWARD_TIMES.iter().enumerate() {
         let p = dir.join(format!("t{i}"));
         assert_eq!(times_ns(&p), want, "{p:?} {when}");
+    }
+}
+
+/// The extended attributes of `p` (not following a symlink), sorted by name, each
+/// with its value.
+pub fn xattrs(p: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let mut buf = vec![0u8; 65536];
+    // SAFETY: a valid C string and a buffer of the given length.
+    let n = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(
+        n >= 0,
+        "listxattr {p:?}: {}",
+        std::io::Error::last_os_error()
+    );
+    let mut names: Vec<Vec<u8>> = buf[..n as usize]
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|name| {
+            let cn = std::ffi::CString::new(name.clone()).unwrap();
+            // SAFETY: valid C strings and a buffer of the given length.
+            let n = unsafe {
+                libc::lgetxattr(c.as_ptr(), cn.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+            };
+            let value = if n >= 0 {
+                buf[..n as usize].to_vec()
+            } else {
+                Vec::new()
+            };
+            (name, value)
+        })
+        .collect()
+}
+
+/// What [`tree`] shows of each entry.
+#[derive(Clone, Copy, PartialEq)]
+pub enum TreeView {
+    /// All but inode numbers and access times.
+    Everything,
+    /// What two POSIX file systems show alike: no times, no sizes of directories.
+    Portable,
+}
+
+/// The tree under `root` (`.basalt` at its top left out), per relative path: type and
+/// mode, owner, links, size, the symlink target or a hash of the content, extended
+/// attributes with their values, and with [`TreeView::Everything`] modification and
+/// change times.
+pub fn tree(root: &Path, view: TreeView) -> std::collections::BTreeMap<String, String> {
+    use std::hash::{Hash, Hasher};
+    use std::os::unix::fs::MetadataExt;
+    let mut out = std::collections::BTreeMap::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if rel == ".basalt" {
+                continue;
+            }
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let what = if m.is_dir() {
+                todo.push(p.clone());
+                String::new()
+            } else if m.file_type().is_symlink() {
+                format!("-> {:?}", std::fs::read_link(&p).unwrap())
+            } else if m.is_file() {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                std::fs::read(&p).unwrap().hash(&mut h);
+                format!("content {:x}", h.finish())
+            } else {
+                String::new()
+            };
+            let size = if m.is_dir() && view == TreeView::Portable {
+                String::new()
+            } else {
+                format!(" size {}", m.size())
+            };
+            let times = match view {
+                TreeView::Everything => format!(
+                    " mtime {}.{} ctime {}.{}",
+                    m.mtime(),
+                    m.mtime_nsec(),
+                    m.ctime(),
+                    m.ctime_nsec()
+                ),
+                TreeView::Portable => String::new(),
+            };
+            let line = format!(
+                "mode {:o} uid {} gid {} nlink {}{size}{times} {what} xattrs {:?}",
+                m.mode(),
+                m.uid(),
+                m.gid(),
+                m.nlink(),
+                xattrs(&p)
+            );
+            out.insert(rel, line);
+        }
+    }
+    out
+}
+
+/// The entries in which two listings differ, in words.
+pub fn differ(
+    a: &std::collections::BTreeMap<String, String>,
+    b: &std::collections::BTreeMap<String, String>,
+) -> Vec<String> {
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| format!("{k}: {:?} / {:?}", a.get(k), b.get(k)))
+        .collect()
+}
+
+/// `renameat2(from, to, flags)`.
+pub fn rename2(from: &Path, to: &Path, flags: u32) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let (a, b) = (c(from), c(to));
+    // SAFETY: two valid C strings.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            flags,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }

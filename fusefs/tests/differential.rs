@@ -452,7 +452,15 @@ use std::os::fd::AsRawFd;
 fn shown(o: &Outcome) -> String {
     match o {
         Ok(b) if b.is_empty() => "ok".into(),
-        Ok(b) => format!("ok, {} bytes", b.len()),
+        Ok(b) if b.len() <= 80 && b.iter().all(|c| c.is_ascii_graphic() || *c == b' ') => {
+            format!("ok, {:?}", String::from_utf8_lossy(b))
+        }
+        Ok(b) => {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            std::hash::Hash::hash(b, &mut h);
+            let hash = std::hash::Hasher::finish(&h);
+            format!("ok, {} bytes (hash {hash:x})", b.len())
+        }
         Err(e) => format!("errno {e} ({})", io::Error::from_raw_os_error(*e)),
     }
 }

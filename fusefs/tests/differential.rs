@@ -1,6 +1,6 @@
 //! The mount against the file system holding the temporary directory (ext4 in CI):
 //! the same pseudo-random sequence of calls on both, over a small set of names so that
-//! they collide (replacing renames, links to directories, removing what is open,
+//! they collide (replacing renames, `copy_file_range`, links to directories, removing what is open,
 //! symlink loops...). Each call must have the same outcome on both (success or the
 //! same errno, the same bytes read, the same size and link count of a held handle),
 //! and the trees must be the same every few calls (types, permission bits, owners,
@@ -133,6 +133,18 @@ enum Call {
     HeldTruncate {
         slot: usize,
         len: u64,
+    },
+    /// `copy_file_range` from file `from` to file `to` (created if missing).
+    CopyRange {
+        from: String,
+        to: String,
+        off_in: u64,
+        off_out: u64,
+        len: usize,
+    },
+    /// Opens with `O_TRUNC` (not creating).
+    OpenTrunc {
+        p: String,
     },
     Close {
         slot: usize,
@@ -276,9 +288,19 @@ fn next_call(r: &mut impl FnMut(usize) -> usize, existing: &Existing) -> Call {
             seed,
         },
         89..=92 => Call::HeldRead { slot },
-        93..=94 => Call::HeldTruncate {
+        93 => Call::HeldTruncate {
             slot,
             len: [0, 4096, 100_000][r(3)],
+        },
+        94 => match r(2) {
+            0 => Call::CopyRange {
+                from: p,
+                to: existing.pick(r),
+                off_in: off,
+                off_out: [0, 4096, 70_000][r(3)],
+                len,
+            },
+            _ => Call::OpenTrunc { p },
         },
         95..=97 => Call::Close { slot },
         _ => Call::Remount,
@@ -434,6 +456,36 @@ impl Side {
                 let f = self.held[*slot].as_ref().ok_or(libc::EBADF)?;
                 nothing(f.set_len(*len))
             }
+            Call::CopyRange {
+                from,
+                to,
+                off_in,
+                off_out,
+                len,
+            } => {
+                let a = opts().read(true).open(at(from)).map_err(errno)?;
+                let b = opts()
+                    .write(true)
+                    .create(true)
+                    .mode(0o644)
+                    .open(at(to))
+                    .map_err(errno)?;
+                let (mut i, mut o) = (*off_in as i64, *off_out as i64);
+                // SAFETY: two open file descriptors and offsets the call updates.
+                let n = unsafe {
+                    libc::copy_file_range(a.as_raw_fd(), &mut i, b.as_raw_fd(), &mut o, *len, 0)
+                };
+                if n < 0 {
+                    return Err(errno(io::Error::last_os_error()));
+                }
+                Ok(format!("copied {n}").into_bytes())
+            }
+            Call::OpenTrunc { p } => opts()
+                .write(true)
+                .truncate(true)
+                .open(at(p))
+                .map(|_| Vec::new())
+                .map_err(errno),
             Call::Close { slot } => {
                 self.held[*slot].take().ok_or(libc::EBADF)?;
                 Ok(Vec::new())

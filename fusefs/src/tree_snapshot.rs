@@ -73,7 +73,8 @@ impl Snapshot {
             put_bytes(&mut body, name.as_bytes());
             put_u32(&mut body, *id);
             put_u64(&mut body, r.max_fid);
-            let recs: BTreeMap<&u64, &InodeRecord> = r.recs.iter().collect();
+            let recs: BTreeMap<&u64, &InodeRecord> =
+                r.recs.iter().map(|(f, r)| (f, &**r)).collect();
             put_u32(&mut body, recs.len() as u32);
             for (fid, rec) in recs {
                 put_u64(&mut body, *fid);
@@ -163,7 +164,7 @@ impl Snapshot {
                 .map_err(|e| format!("inode {ino}: errno {}", e.0))?;
             r.max_fid = r.max_fid.max(n.fid);
             if n.persisted {
-                r.recs.insert(n.fid, n.record());
+                r.recs.insert(n.fid, Box::new(n.record()));
                 if root {
                     r.names.insert(Vec::new(), n.fid);
                 }
@@ -239,7 +240,8 @@ fn read_colls(c: &mut Cursor<'_>) -> Option<BTreeMap<String, (CollId, Records)>>
         };
         for _ in 0..c.u32()? {
             let fid = c.u64()?;
-            r.recs.insert(fid, InodeRecord::decode(&c.bytes()?)?);
+            r.recs
+                .insert(fid, Box::new(InodeRecord::decode(&c.bytes()?)?));
         }
         for _ in 0..c.u32()? {
             let path = c.bytes()?;
@@ -440,8 +442,8 @@ mod tests {
             max_fid: 9,
             ..Records::default()
         };
-        r.recs.insert(1, rec(Kind::Dir, 0));
-        r.recs.insert(7, rec(Kind::File, 12));
+        r.recs.insert(1, Box::new(rec(Kind::Dir, 0)));
+        r.recs.insert(7, Box::new(rec(Kind::File, 12)));
         r.names.insert(Vec::new(), 1);
         r.names.insert(b"d/f".to_vec(), 7);
         r.docs.insert(b"d/f".to_vec(), (12, None));

@@ -259,3 +259,60 @@ fn attribute_changes_before_an_fsync_of_another_file_survive_kill_9() {
     assert_eq!(std::fs::read(&a).unwrap(), b"its attributes change");
     m.stop();
 }
+
+/// A file unlinked while open keeps its records until its last close; if the daemon
+/// dies before that, the next mount finds an inode record no name refers to and
+/// deletes it with the file's chunks and patches (a chunked file and an inline one).
+#[test]
+fn files_unlinked_while_open_when_the_daemon_died_are_purged_at_the_next_mount() {
+    require_fuse!();
+    let (_tmp, data, mp) = common::data_and_mountpoint();
+    let chunk = basalt_fusefs::DEFAULT_CHUNK_SIZE;
+    let m = DevMount::start(&data, &mp, &[]);
+    let c = mp.join("c");
+    std::fs::create_dir(&c).unwrap();
+    std::fs::write(c.join("kept"), pattern(1, 100)).unwrap();
+    let mut held = Vec::new();
+    for (name, len) in [("chunked", 3 * chunk + 5), ("inline", 4096)] {
+        let mut f = std::fs::File::create(c.join(name)).unwrap();
+        f.write_all(&pattern(2, len)).unwrap();
+        f.sync_all().unwrap();
+        held.push(f);
+    }
+    std::fs::remove_file(c.join("chunked")).unwrap();
+    std::fs::remove_file(c.join("inline")).unwrap();
+    // The unlinks are made durable by syncing another file; the files stay open.
+    std::fs::File::open(c.join("kept"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+    m.kill();
+    drop(held);
+    // Inode records of the root, `kept` and the two unlinked files; the chunked file's
+    // 4 chunks and the inline one's data, moved to a chunk when its last name went.
+    let db = common::open_db(&data);
+    let stored = common::metadata_keys(&db, "c");
+    assert_eq!(
+        stored.len(),
+        9,
+        "records after the kill (the unlinked files' must be there to purge): {stored:?}"
+    );
+    let h = basalt_fusefs::mount(db.clone(), common::mount_config(&mp)).unwrap();
+    let names: Vec<String> = std::fs::read_dir(&c)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, ["kept"]);
+    assert_bytes(
+        &std::fs::read(c.join("kept")).unwrap(),
+        &pattern(1, 100),
+        "kept",
+    );
+    h.unmount().unwrap();
+    let left = common::metadata_keys(&db, "c");
+    assert_eq!(
+        left.len(),
+        2,
+        "the collection root's and kept's inode records only: {left:?}"
+    );
+}

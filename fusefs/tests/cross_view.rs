@@ -804,16 +804,7 @@ fn unlinked_files_leave_no_records() {
     require_fuse!();
     let (_tmp, data, mp) = data_and_mountpoint();
     let chunk = basalt_fusefs::DEFAULT_CHUNK_SIZE;
-    let records = |db: &basalt_engine::Db| -> Vec<Vec<u8>> {
-        let c = db.collection("c").unwrap();
-        let mut keys: Vec<Vec<u8>> = Vec::new();
-        for p in [&b"\0I"[..], b"\0C", b"\0P"] {
-            for item in c.scan_prefix(p, basalt_engine::Direction::Forward).unwrap() {
-                keys.push(item.unwrap().0.to_vec());
-            }
-        }
-        keys
-    };
+    let records = |db: &basalt_engine::Db| common::metadata_keys(db, "c");
     let h = mount(open_db(&data), cfg(&mp)).unwrap();
     let c = mp.join("c");
     std::fs::create_dir(&c).unwrap();

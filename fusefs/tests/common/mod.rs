@@ -633,3 +633,16 @@ pub fn rename2(from: &Path, to: &Path, flags: u32) -> std::io::Result<()> {
         Err(std::io::Error::last_os_error())
     }
 }
+
+/// The keys of the filesystem's own records in collection `coll`: inode records,
+/// chunks and chunk patches.
+pub fn metadata_keys(db: &basalt_engine::Db, coll: &str) -> Vec<Vec<u8>> {
+    let c = db.collection(coll).unwrap();
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    for p in [&b"\0I"[..], b"\0C", b"\0P"] {
+        for item in c.scan_prefix(p, basalt_engine::Direction::Forward).unwrap() {
+            keys.push(item.unwrap().0.to_vec());
+        }
+    }
+    keys
+}

@@ -540,6 +540,10 @@ pub enum TreeView {
     Everything,
     /// What two POSIX file systems show alike: no times, no sizes of directories.
     Portable,
+    /// What namespace calls and attribute changes decide, which the mount commits
+    /// before answering: [`TreeView::Portable`] without file sizes and contents
+    /// (file data waits for a flush).
+    Namespace,
 }
 
 /// The tree under `root` (`.basalt` at its top left out), per relative path: type and
@@ -564,14 +568,15 @@ pub fn tree(root: &Path, view: TreeView) -> std::collections::BTreeMap<String, S
                 String::new()
             } else if m.file_type().is_symlink() {
                 format!("-> {:?}", std::fs::read_link(&p).unwrap())
-            } else if m.is_file() {
+            } else if m.is_file() && view != TreeView::Namespace {
                 let mut h = std::collections::hash_map::DefaultHasher::new();
                 std::fs::read(&p).unwrap().hash(&mut h);
                 format!("content {:x}", h.finish())
             } else {
                 String::new()
             };
-            let size = if m.is_dir() && view == TreeView::Portable {
+            let size = if view == TreeView::Namespace || (m.is_dir() && view == TreeView::Portable)
+            {
                 String::new()
             } else {
                 format!(" size {}", m.size())
@@ -584,7 +589,7 @@ pub fn tree(root: &Path, view: TreeView) -> std::collections::BTreeMap<String, S
                     m.ctime(),
                     m.ctime_nsec()
                 ),
-                TreeView::Portable => String::new(),
+                TreeView::Portable | TreeView::Namespace => String::new(),
             };
             let line = format!(
                 "mode {:o} uid {} gid {} nlink {}{size}{times} {what} xattrs {:?}",

@@ -1,6 +1,6 @@
 //! The mount against the file system holding the temporary directory (ext4 in CI):
 //! the same pseudo-random sequence of calls on both, over a small set of names so that
-//! they collide (replacing renames, `copy_file_range`, links to directories, removing what is open,
+//! they collide (buffered and `O_DIRECT` IO on one file, replacing renames, `copy_file_range`, links to directories, removing what is open,
 //! symlink loops...). Each call must have the same outcome on both (success or the
 //! same errno, the same bytes read, the same size and link count of a held handle),
 //! and the trees must be the same every few calls (types, permission bits, owners,
@@ -142,6 +142,20 @@ enum Call {
         off_out: u64,
         len: usize,
     },
+    /// Opens with `O_DIRECT` (creating) and writes `blocks` pages of 4 KiB at page
+    /// `page`.
+    DirectWrite {
+        p: String,
+        page: u64,
+        blocks: usize,
+        seed: u64,
+    },
+    /// Opens with `O_DIRECT` and reads `blocks` pages at page `page`.
+    DirectRead {
+        p: String,
+        page: u64,
+        blocks: usize,
+    },
     /// Opens with `O_TRUNC` (not creating).
     OpenTrunc {
         p: String,
@@ -224,7 +238,7 @@ fn next_call(r: &mut impl FnMut(usize) -> usize, existing: &Existing) -> Call {
     // Offsets around the 64 KiB chunk size, lengths from a byte to past a chunk.
     let off = [0, 1, 4095, 4096, 65535, 65536, 100_000, 200_000][r(8)];
     let len = [1, 100, 4096, 5000, 70_000][r(5)];
-    match r(100) {
+    match r(106) {
         0..=13 => Call::Write { p, off, len, seed },
         14..=17 => Call::Append { p, len, seed },
         18..=22 => Call::Read { p },
@@ -306,6 +320,17 @@ fn next_call(r: &mut impl FnMut(usize) -> usize, existing: &Existing) -> Call {
         },
         95..=97 => Call::Close { slot },
         98 => Call::Sync,
+        99..=101 => Call::DirectWrite {
+            p,
+            page: [0, 1, 15, 16, 17, 40][r(6)],
+            blocks: 1 + r(3),
+            seed,
+        },
+        102..=104 => Call::DirectRead {
+            p,
+            page: [0, 1, 15, 16, 17, 40][r(6)],
+            blocks: 1 + r(3),
+        },
         _ => Call::Remount,
     }
 }
@@ -482,6 +507,34 @@ impl Side {
                     return Err(errno(io::Error::last_os_error()));
                 }
                 Ok(format!("copied {n}").into_bytes())
+            }
+            Call::DirectWrite {
+                p,
+                page,
+                blocks,
+                seed,
+            } => {
+                let f = opts()
+                    .write(true)
+                    .create(true)
+                    .mode(0o644)
+                    .custom_flags(libc::O_NONBLOCK | libc::O_DIRECT)
+                    .open(at(p))
+                    .map_err(errno)?;
+                let mut buf = common::Aligned::new(blocks * 4096);
+                buf.bytes_mut()
+                    .copy_from_slice(&pattern(*seed, blocks * 4096));
+                nothing(f.write_all_at(buf.bytes(), page * 4096))
+            }
+            Call::DirectRead { p, page, blocks } => {
+                let f = opts()
+                    .read(true)
+                    .custom_flags(libc::O_NONBLOCK | libc::O_DIRECT)
+                    .open(at(p))
+                    .map_err(errno)?;
+                let mut buf = common::Aligned::new(blocks * 4096);
+                let n = f.read_at(buf.bytes_mut(), page * 4096).map_err(errno)?;
+                Ok(buf.bytes()[..n].to_vec())
             }
             Call::OpenTrunc { p } => opts()
                 .write(true)

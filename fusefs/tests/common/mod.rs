@@ -651,3 +651,26 @@ pub fn metadata_keys(db: &basalt_engine::Db, coll: &str) -> Vec<Vec<u8>> {
     }
     keys
 }
+
+/// A zeroed buffer at a 4 KiB-aligned address, as `O_DIRECT` wants.
+pub struct Aligned {
+    raw: Vec<u8>,
+    at: usize,
+    len: usize,
+}
+
+impl Aligned {
+    pub fn new(len: usize) -> Aligned {
+        let raw = vec![0u8; len + 4096];
+        let at = raw.as_ptr().align_offset(4096);
+        Aligned { raw, at, len }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.raw[self.at..self.at + self.len]
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.raw[self.at..self.at + self.len]
+    }
+}

@@ -574,15 +574,16 @@ fn shown(o: &Outcome) -> String {
     }
 }
 
-/// Runs `ops` calls from `seed` against a fresh mount (with `options`) and a fresh
-/// reference directory.
-fn run_sequence(seed: u64, ops: usize, options: &[&str]) {
+/// Runs `ops` calls from `seed` against a fresh mount (with `options`, and chunks of
+/// `chunk_size` bytes, 0 for the default) and a fresh reference directory.
+fn run_sequence(seed: u64, ops: usize, options: &[&str], chunk_size: usize) {
     let (_tmp, data, mp) = common::data_and_mountpoint();
     let reference = data.with_file_name("reference");
     std::fs::create_dir_all(&reference).unwrap();
     let db = open_db(&data);
     let cfg = |mp: &Path| basalt_fusefs::MountConfig {
         options: options.iter().map(|o| o.to_string()).collect(),
+        chunk_size,
         ..common::mount_config(mp)
     };
     let mut handle = Some(basalt_fusefs::mount(db.clone(), cfg(&mp)).unwrap());
@@ -659,7 +660,7 @@ fn run_sequence(seed: u64, ops: usize, options: &[&str]) {
         .map(|(k, (ok, err))| format!("{k} {ok}/{err}"))
         .collect();
     println!(
-        "seed {seed}, options {options:?}: {ops} calls alike on the mount and the reference \
+        "seed {seed}, options {options:?}, chunk size {chunk_size}: {ops} calls alike on the mount and the reference \
          (calls succeeded/failed: {})",
         summary.join(", ")
     );
@@ -691,7 +692,17 @@ fn ops() -> usize {
 fn random_calls_have_the_same_outcome_on_the_mount_and_on_the_reference() {
     require_fuse!();
     for seed in seeds(&[1, 2, 3]) {
-        run_sequence(seed, ops(), &[]);
+        run_sequence(seed, ops(), &[], 0);
+    }
+}
+
+/// With 4 KiB chunks most files are chunked and every write spans chunks, patches
+/// and kept tails.
+#[test]
+fn the_same_with_4k_chunks() {
+    require_fuse!();
+    for seed in seeds(&[11]) {
+        run_sequence(seed, ops() / 2, &[], 4096);
     }
 }
 
@@ -700,7 +711,7 @@ fn random_calls_have_the_same_outcome_on_the_mount_and_on_the_reference() {
 fn the_same_without_the_writeback_cache() {
     require_fuse!();
     for seed in seeds(&[4]) {
-        run_sequence(seed, ops(), &["no_writeback_cache"]);
+        run_sequence(seed, ops(), &["no_writeback_cache"], 0);
     }
 }
 
@@ -711,7 +722,7 @@ fn the_same_over_io_uring() {
     require_io_uring!();
     let _on = common::UringSwitch::set(true);
     for seed in seeds(&[5]) {
-        run_sequence(seed, ops(), &["io_uring=same"]);
+        run_sequence(seed, ops(), &["io_uring=same"], 0);
     }
 }
 

@@ -1,14 +1,18 @@
 //! The mount against the file system holding the temporary directory (ext4 in CI):
 //! the same pseudo-random sequence of calls on both, over a small set of names so that
-//! they collide (buffered and `O_DIRECT` IO on one file, replacing renames, `copy_file_range`, links to directories, removing what is open,
-//! symlink loops...). Each call must have the same outcome on both (success or the
-//! same errno, the same bytes read, the same size and link count of a held handle),
-//! and the trees must be the same every few calls (types, permission bits, owners,
-//! link counts, sizes, contents, symlink targets, extended attributes with values).
-//! The mount is unmounted and mounted again at random points (held files closed
-//! first), so what it stored is compared too. A failure prints the seed and the calls
-//! so far; `DIFFERENTIAL_SEED=N` repeats one sequence, `DIFFERENTIAL_OPS` sets the
-//! length.
+//! they collide (buffered and `O_DIRECT` IO on one file, replacing renames,
+//! `copy_file_range`, links to directories, removing what is open, symlink loops...).
+//! Each call must have the same outcome on both (success or the same errno, the same
+//! bytes read, the same size and link count of a held handle), and the trees must be
+//! the same every few calls (types, permission bits, owners, link counts, sizes,
+//! contents, symlink targets, extended attributes with values). The mount is
+//! unmounted and mounted again at random points (held files closed first), so what it
+//! stored is compared too. A failure prints the seed and the calls before it;
+//! `DIFFERENTIAL_SEED=N` repeats one sequence, `DIFFERENTIAL_OPS` sets its length and
+//! `DIFFERENTIAL_TRACE=1` prints each call before it runs.
+//!
+//! The last test kills the daemon at a random moment of such calls and checks that
+//! the next mount shows the tree of a prefix of them.
 
 mod common;
 
@@ -370,6 +374,13 @@ struct Side {
 }
 
 impl Side {
+    fn at(root: std::path::PathBuf) -> Side {
+        Side {
+            root,
+            held: Default::default(),
+        }
+    }
+
     fn run(&mut self, call: &Call) -> Outcome {
         let at = |p: &String| self.root.join(p);
         match call {
@@ -588,18 +599,11 @@ fn run_sequence(seed: u64, ops: usize, options: &[&str], chunk_size: usize) {
     };
     let mut handle = Some(basalt_fusefs::mount(db.clone(), cfg(&mp)).unwrap());
     std::fs::create_dir(mp.join("c")).unwrap();
-    let mut ours = Side {
-        root: mp.join("c"),
-        held: Default::default(),
-    };
-    let mut theirs = Side {
-        root: reference.clone(),
-        held: Default::default(),
-    };
+    let (mut ours, mut theirs) = (Side::at(mp.join("c")), Side::at(reference));
     let mut r = below(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut log: Vec<String> = Vec::new();
     let trace = std::env::var_os("DIFFERENTIAL_TRACE").is_some();
-    let mut counts = std::collections::BTreeMap::<&str, (u32, u32)>::new();
+    let mut counts = std::collections::BTreeMap::<String, (u32, u32)>::new();
     let fail = |log: &[String], what: String| -> ! {
         let tail = log.len().saturating_sub(40);
         panic!(
@@ -621,9 +625,13 @@ fn run_sequence(seed: u64, ops: usize, options: &[&str], chunk_size: usize) {
         }
         let got = ours.run(&call);
         log.push(format!("{i}: {call:?} -> {}", shown(&want)));
-        let name = format!("{call:?}");
-        let name = name.split([' ', '{']).next().unwrap().to_string();
-        let e = counts.entry(Box::leak(name.into_boxed_str())).or_default();
+        let kind = format!("{call:?}");
+        let kind = kind
+            .split([' ', '{'])
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let e = counts.entry(kind).or_default();
         if want.is_ok() {
             e.0 += 1;
         } else {
@@ -753,14 +761,7 @@ fn run_until_killed(seed: u64) {
     let mut m = common::DevMount::start(&data, &mp, &[]);
     std::fs::create_dir(mp.join("c")).unwrap();
     File::open(mp.join("c")).unwrap().sync_all().unwrap();
-    let mut ours = Side {
-        root: mp.join("c"),
-        held: Default::default(),
-    };
-    let mut theirs = Side {
-        root: reference.clone(),
-        held: Default::default(),
-    };
+    let (mut ours, mut theirs) = (Side::at(mp.join("c")), Side::at(reference));
     let mut r = below(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let delay = std::time::Duration::from_millis(50 + r(1500) as u64);
     let pid = m.child.id() as i32;

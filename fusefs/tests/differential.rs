@@ -346,6 +346,13 @@ fn opts() -> OpenOptions {
     o
 }
 
+/// [`opts`] for writing, creating the file (mode 0644) if it is missing.
+fn writing() -> OpenOptions {
+    let mut o = opts();
+    o.write(true).create(true).mode(0o644);
+    o
+}
+
 fn errno(e: io::Error) -> i32 {
     e.raw_os_error().unwrap_or(-1)
 }
@@ -385,21 +392,11 @@ impl Side {
         let at = |p: &String| self.root.join(p);
         match call {
             Call::Write { p, off, len, seed } => {
-                let f = opts()
-                    .write(true)
-                    .create(true)
-                    .mode(0o644)
-                    .open(at(p))
-                    .map_err(errno)?;
+                let f = writing().open(at(p)).map_err(errno)?;
                 nothing(f.write_all_at(&pattern(*seed, *len), *off))
             }
             Call::Append { p, len, seed } => {
-                let mut f = opts()
-                    .append(true)
-                    .create(true)
-                    .mode(0o644)
-                    .open(at(p))
-                    .map_err(errno)?;
+                let mut f = writing().append(true).open(at(p)).map_err(errno)?;
                 nothing(io::Write::write_all(&mut f, &pattern(*seed, *len)))
             }
             Call::Read { p } => {
@@ -503,12 +500,7 @@ impl Side {
                 len,
             } => {
                 let a = opts().read(true).open(at(from)).map_err(errno)?;
-                let b = opts()
-                    .write(true)
-                    .create(true)
-                    .mode(0o644)
-                    .open(at(to))
-                    .map_err(errno)?;
+                let b = writing().open(at(to)).map_err(errno)?;
                 let (mut i, mut o) = (*off_in as i64, *off_out as i64);
                 // SAFETY: two open file descriptors and offsets the call updates.
                 let n = unsafe {
@@ -525,10 +517,7 @@ impl Side {
                 blocks,
                 seed,
             } => {
-                let f = opts()
-                    .write(true)
-                    .create(true)
-                    .mode(0o644)
+                let f = writing()
                     .custom_flags(libc::O_NONBLOCK | libc::O_DIRECT)
                     .open(at(p))
                     .map_err(errno)?;

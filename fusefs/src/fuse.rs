@@ -459,9 +459,8 @@ fn from_fuser_time(t: TimeOrNow) -> TimeOrNow {
     };
     match SystemTime::UNIX_EPOCH.duration_since(at) {
         Ok(before) if !before.is_zero() => {
-            let whole = SystemTime::UNIX_EPOCH.checked_sub(Duration::from_secs(before.as_secs()));
-            let meant = whole
-                .and_then(|w| w.checked_add(Duration::from_nanos(before.subsec_nanos().into())));
+            let secs = i64::try_from(before.as_secs()).ok().map(|s| -s);
+            let meant = secs.and_then(|s| crate::layout::time_of(s, before.subsec_nanos()));
             TimeOrNow::SpecificTime(meant.unwrap_or(at))
         }
         _ => t,

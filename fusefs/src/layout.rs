@@ -190,6 +190,21 @@ fn put_time(out: &mut Vec<u8>, t: SystemTime) {
     out.extend_from_slice(&nanos.to_be_bytes());
 }
 
+/// The time `secs` seconds (negative before the epoch) plus `nanos` nanoseconds after
+/// the epoch, as records and the kernel give it; `None` for nanoseconds of a second or
+/// more or a time `SystemTime` cannot hold.
+pub(crate) fn time_of(secs: i64, nanos: u32) -> Option<SystemTime> {
+    if nanos >= 1_000_000_000 {
+        return None;
+    }
+    let whole = if secs >= 0 {
+        UNIX_EPOCH.checked_add(Duration::from_secs(secs as u64))?
+    } else {
+        UNIX_EPOCH.checked_sub(Duration::from_secs(secs.unsigned_abs()))?
+    };
+    whole.checked_add(Duration::from_nanos(nanos.into()))
+}
+
 /// Appends `b` with its length (be32) first.
 pub(crate) fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(&(b.len() as u32).to_be_bytes());
@@ -222,17 +237,7 @@ impl<'a> Cursor<'a> {
     }
     pub(crate) fn time(&mut self) -> Option<SystemTime> {
         let secs = self.u64()? as i64;
-        let nanos = self.u32()?;
-        if nanos >= 1_000_000_000 {
-            return None;
-        }
-        if secs >= 0 {
-            UNIX_EPOCH.checked_add(Duration::new(secs as u64, nanos))
-        } else {
-            UNIX_EPOCH
-                .checked_sub(Duration::from_secs(secs.unsigned_abs()))?
-                .checked_add(Duration::from_nanos(nanos as u64))
-        }
+        time_of(secs, self.u32()?)
     }
     pub(crate) fn bytes(&mut self) -> Option<Vec<u8>> {
         let n = self.u32()? as usize;

@@ -7,28 +7,11 @@ use std::os::unix::ffi::OsStrExt;
 
 use zerocopy::FromBytes;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
 use fuser::TimeOrNow;
 
 use super::abi::{self, fattr, opcode, InHeader, RingHeaders};
 use crate::fuse::AttrChanges;
-
-/// A time the kernel sent as seconds (negative before the epoch) and nanoseconds;
-/// `None` for nanoseconds of a second or more or a time `SystemTime` cannot hold
-/// (the kernel validates both; this decoder does not rely on it).
-fn kernel_time(secs: u64, nsecs: u32) -> Option<SystemTime> {
-    if nsecs >= 1_000_000_000 {
-        return None;
-    }
-    let secs = secs as i64;
-    let whole = if secs >= 0 {
-        UNIX_EPOCH.checked_add(Duration::from_secs(secs as u64))?
-    } else {
-        UNIX_EPOCH.checked_sub(Duration::from_secs(secs.unsigned_abs()))?
-    };
-    whole.checked_add(Duration::from_nanos(nsecs.into()))
-}
+use crate::layout;
 
 /// What a SETATTR asks to change (`None`: a time out of range).
 fn changes(s: &abi::SetattrIn) -> Option<AttrChanges> {
@@ -37,7 +20,10 @@ fn changes(s: &abi::SetattrIn) -> Option<AttrChanges> {
         Some(match (has(set), has(now)) {
             (false, _) => None,
             (true, true) => Some(TimeOrNow::Now),
-            (true, false) => Some(TimeOrNow::SpecificTime(kernel_time(secs, nsecs)?)),
+            (true, false) => Some(TimeOrNow::SpecificTime(layout::time_of(
+                secs as i64,
+                nsecs,
+            )?)),
         })
     };
     Some(AttrChanges {
@@ -624,7 +610,7 @@ mod tests {
             (Some(0o640), None, None)
         );
         assert!(matches!(changes.atime, Some(TimeOrNow::Now)));
-        let want = UNIX_EPOCH - Duration::from_millis(1250);
+        let want = std::time::UNIX_EPOCH - std::time::Duration::from_millis(1250);
         assert!(matches!(changes.mtime, Some(TimeOrNow::SpecificTime(t)) if t == want));
     }
 
